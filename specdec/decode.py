@@ -1,0 +1,242 @@
+"""Baseline and speculative decoding loops over KV caches, with one timed record per target pass.
+
+Bookkeeping of the speculative loop (L = len(context) at the start of a block):
+  - the target has seen context[:L-1]; the verify pass feeds [context[-1], x_1..x_d] and gets the d+1 rows
+    p_0..p_d, p_i being the distribution after x_i (p_0 after the context);
+  - after n accepted tokens the target keeps context[:L] + x_1..x_n (length L + n) and crops the rest;
+  - the draft keeps the longest prefix of what it fed that is still valid (at most L + n); the new last token is
+    always unseen by both models. After a fully accepted block the draft has seen neither x_d nor the bonus token,
+    so its next call carries two tokens: that catch-up is timed on its own.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Sequence
+
+import torch
+
+from .drafts import DraftProposer, as_proposer
+from .lm import LanguageModelSession, as_session
+from .sampling import SamplingConfig, _speculative_step_unchecked, greedy_step, sample_from, warp_logits
+
+
+class VocabularyMismatchError(ValueError):
+    """Draft and target do not share a vocabulary, so q and p are not over the same tokens."""
+
+
+@dataclass
+class StepRecord:
+    """One target pass. kind: 'prefill' (the prompt), 'block' (draft + verify), 'target' (a one-token step)."""
+
+    step: int
+    kind: str
+    drafted: int
+    accepted: int
+    emitted: int
+    positions: int  # positions the target pass computed logits for (k+1 for a verify pass)
+    draft_seconds: float
+    catchup_seconds: float
+    catchup_tokens: int
+    verify_seconds: float  # the target's forward pass (the one-token step in the baseline)
+    decide_seconds: float  # warping, the accept test and sampling
+
+
+@dataclass
+class DecodeResult:
+    tokens: list[int]
+    steps: list[StepRecord] = field(default_factory=list)
+    total_seconds: float = 0.0
+
+    @property
+    def target_passes(self) -> int:
+        return len(self.steps)
+
+    @property
+    def drafted(self) -> int:
+        return sum(s.drafted for s in self.steps)
+
+    @property
+    def accepted(self) -> int:
+        return sum(s.accepted for s in self.steps)
+
+    @property
+    def acceptance(self) -> float:
+        return self.accepted / self.drafted if self.drafted else float("nan")
+
+    @property
+    def tokens_per_pass(self) -> float:
+        return len(self.tokens) / self.target_passes if self.steps else float("nan")
+
+    def step_rows(self) -> list[dict]:
+        return [asdict(s) for s in self.steps]
+
+    def summary(self) -> dict:
+        return {
+            "n_tokens": len(self.tokens),
+            "target_passes": self.target_passes,
+            "drafted": self.drafted,
+            "accepted": self.accepted,
+            "acceptance": self.acceptance,
+            "tokens_per_pass": self.tokens_per_pass,
+            "total_seconds": self.total_seconds,
+        }
+
+
+def _prompt_tokens(input_ids: torch.Tensor) -> list[int]:
+    if input_ids.dim() != 2 or input_ids.shape[0] != 1 or input_ids.shape[1] == 0:
+        raise ValueError(f"input_ids must have shape (1, n) with n >= 1, got {tuple(input_ids.shape)}")
+    return input_ids[0].tolist()
+
+
+def _check_length(max_new_tokens: int) -> None:
+    if not isinstance(max_new_tokens, int) or max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens must be a positive integer, got {max_new_tokens!r}")
+
+
+def _choose(logits: torch.Tensor, sampling: SamplingConfig, generator: torch.Generator) -> int:
+    if sampling.greedy:
+        return int(torch.argmax(logits))
+    return sample_from(warp_logits(logits, sampling), generator)
+
+
+def _until_eos(tokens: list[int], eos_ids: frozenset[int]) -> list[int]:
+    for i, token in enumerate(tokens):
+        if token in eos_ids:
+            return tokens[: i + 1]
+    return tokens
+
+
+def generate_baseline(
+    model,
+    input_ids: torch.Tensor,
+    max_new_tokens: int,
+    temperature: float = 0.0,
+    top_k: int | None = None,
+    top_p: float | None = None,
+    seed: int = 0,
+) -> DecodeResult:
+    """Plain autoregressive decoding: one target pass per token."""
+    sampling = SamplingConfig(temperature, top_k, top_p)
+    _check_length(max_new_tokens)
+    prompt = _prompt_tokens(input_ids)
+    target: LanguageModelSession = as_session(model)
+    generator = torch.Generator().manual_seed(seed)
+    result = DecodeResult(tokens=[])
+    begin = time.perf_counter()
+    target.reset()
+    feed = prompt
+    while True:
+        start = time.perf_counter()
+        logits = target.extend(feed, 1)[0]
+        forward = time.perf_counter() - start
+        start = time.perf_counter()
+        token = _choose(logits, sampling, generator)
+        decide = time.perf_counter() - start
+        result.tokens.append(token)
+        result.steps.append(
+            StepRecord(len(result.steps), "prefill" if feed is prompt else "target", 0, 0, 1, 1, 0.0, 0.0, 0,
+                       forward, decide)
+        )
+        if token in target.eos_token_ids or len(result.tokens) >= max_new_tokens:
+            break
+        feed = [token]
+    result.total_seconds = time.perf_counter() - begin
+    return result
+
+
+def check_compatible(target: LanguageModelSession, draft: DraftProposer) -> None:
+    draft_vocab = getattr(draft, "vocab_size", None)
+    if draft_vocab is not None and draft_vocab != target.vocab_size:
+        raise VocabularyMismatchError(
+            f"draft vocabulary ({draft_vocab} logits) differs from the target's ({target.vocab_size}): "
+            "speculative decoding needs draft and target to share one tokenizer and vocabulary"
+        )
+
+
+def generate_speculative(
+    target,
+    draft,
+    input_ids: torch.Tensor,
+    k: int,
+    max_new_tokens: int,
+    temperature: float = 0.0,
+    top_k: int | None = None,
+    top_p: float | None = None,
+    seed: int = 0,
+) -> DecodeResult:
+    """Speculative decoding: the draft proposes up to k tokens, one target pass verifies them.
+
+    target: a Hugging Face causal LM or a LanguageModelSession; draft: a model, a session or a DraftProposer.
+    At temperature 0 the tokens equal generate_baseline's; above it they are distributed as the target's.
+    """
+    sampling = SamplingConfig(temperature, top_k, top_p)
+    if not isinstance(k, int) or k < 1:
+        raise ValueError(f"k must be a positive integer, got {k!r}")
+    _check_length(max_new_tokens)
+    prompt = _prompt_tokens(input_ids)
+    target_lm = as_session(target)
+    proposer = as_proposer(draft)
+    check_compatible(target_lm, proposer)
+    eos_ids = target_lm.eos_token_ids
+    generator = torch.Generator().manual_seed(seed)
+    result = DecodeResult(tokens=[])
+    begin = time.perf_counter()
+
+    target_lm.reset()
+    start = time.perf_counter()
+    logits = target_lm.extend(prompt, 1)[0]
+    prefill = time.perf_counter() - start
+    draft_prefill = proposer.prefill(prompt)
+    start = time.perf_counter()
+    first = _choose(logits, sampling, generator)
+    decide = time.perf_counter() - start
+    result.tokens.append(first)
+    result.steps.append(StepRecord(0, "prefill", 0, 0, 1, 1, draft_prefill, 0.0, 0, prefill, decide))
+    context = prompt + [first]
+
+    while first not in eos_ids and len(result.tokens) < max_new_tokens:
+        # The verify pass emits a token of its own, so never draft past the length budget.
+        budget = min(k, max_new_tokens - len(result.tokens) - 1)
+        proposal = proposer.propose(context, budget, sampling, generator) if budget > 0 else None
+        drafted = proposal.tokens if proposal is not None else []
+
+        start = time.perf_counter()
+        logits = target_lm.extend([context[-1]] + drafted, len(drafted) + 1)
+        verify = time.perf_counter() - start
+
+        start = time.perf_counter()
+        if not drafted:
+            n_accepted, next_token = 0, _choose(logits[0], sampling, generator)
+        elif sampling.greedy:
+            n_accepted, next_token = greedy_step(logits.argmax(dim=-1), torch.tensor(drafted))
+        else:
+            p = warp_logits(logits, sampling)
+            n_accepted, next_token = _speculative_step_unchecked(p, proposal.q, torch.tensor(drafted), generator)
+        decide = time.perf_counter() - start
+
+        emitted = _until_eos(drafted[:n_accepted] + [next_token], eos_ids)
+        target_lm.crop(len(context) + n_accepted)
+        context += emitted
+        result.tokens += emitted
+        proposer.rollback(len(context) - 1)
+        result.steps.append(
+            StepRecord(
+                step=len(result.steps),
+                kind="block" if drafted else "target",
+                drafted=len(drafted),
+                accepted=n_accepted,
+                emitted=len(emitted),
+                positions=len(drafted) + 1,
+                draft_seconds=proposal.draft_seconds if proposal else 0.0,
+                catchup_seconds=proposal.catchup_seconds if proposal else 0.0,
+                catchup_tokens=proposal.catchup_tokens if proposal else 0,
+                verify_seconds=verify,
+                decide_seconds=decide,
+            )
+        )
+        if emitted[-1] in eos_ids:
+            break
+    result.total_seconds = time.perf_counter() - begin
+    return result

@@ -1,0 +1,97 @@
+"""Draft proposers: anything that, given the text so far, proposes up to k tokens and the q they were drawn from.
+
+The decoding loop calls `prefill(prompt)` once, then per block `propose(context, k, ...)` and, after the target
+has verified, `rollback(valid_length)` with the length of the prefix the draft may keep. A proposer that holds
+state (a KV cache) keeps whatever of it is still a prefix of the context; the rest is fed again next time.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Protocol, Sequence
+
+import torch
+
+from .lm import LanguageModelSession, as_session
+from .sampling import SamplingConfig, sample_from, warp_logits
+
+
+@dataclass
+class Proposal:
+    tokens: list[int]
+    # (len(tokens), V) probabilities each token was sampled from; None at temperature 0, where only argmax counts.
+    q: torch.Tensor | None
+    draft_seconds: float = 0.0  # draft calls that fed one token
+    catchup_seconds: float = 0.0  # the call that fed the tokens the draft had not seen yet, when there were several
+    catchup_tokens: int = 0  # how many tokens that catch-up call carried (0 when there was no catch-up)
+
+
+class DraftProposer(Protocol):
+    vocab_size: int | None  # None: proposes from the target's vocabulary (e.g. prompt lookup)
+
+    def prefill(self, prompt: Sequence[int]) -> float:
+        """Start a new sequence; return the seconds spent."""
+
+    def propose(
+        self, context: Sequence[int], k: int, sampling: SamplingConfig, generator: torch.Generator
+    ) -> Proposal: ...
+
+    def rollback(self, valid_length: int) -> None: ...
+
+
+class ModelDraft:
+    """A smaller causal LM as the draft (a separate model, a truncated model or the target's own first layers)."""
+
+    def __init__(self, model_or_session, eos_token_ids: Sequence[int] | None = None):
+        self.session: LanguageModelSession = as_session(model_or_session)
+        self.vocab_size = self.session.vocab_size
+        self.eos_token_ids = frozenset(eos_token_ids) if eos_token_ids is not None else self.session.eos_token_ids
+
+    def prefill(self, prompt: Sequence[int]) -> float:
+        start = time.perf_counter()
+        self.session.reset()
+        # The whole prompt, so that the first block only has the target's first token to catch up on.
+        self.session.extend(prompt, 1)
+        return time.perf_counter() - start
+
+    def propose(
+        self, context: Sequence[int], k: int, sampling: SamplingConfig, generator: torch.Generator
+    ) -> Proposal:
+        pending = list(context[self.session.length :])
+        proposal = Proposal(tokens=[], q=None, catchup_tokens=len(pending) if len(pending) > 1 else 0)
+        q_rows: list[torch.Tensor] = []
+        feed = pending
+        for i in range(k):
+            start = time.perf_counter()
+            logits = self.session.extend(feed, 1)[0]
+            elapsed = time.perf_counter() - start
+            if i == 0 and proposal.catchup_tokens:
+                proposal.catchup_seconds += elapsed
+            else:
+                proposal.draft_seconds += elapsed
+            if sampling.greedy:
+                token = int(torch.argmax(logits))
+            else:
+                probs = warp_logits(logits, sampling)
+                token = sample_from(probs, generator)
+                q_rows.append(probs)
+            proposal.tokens.append(token)
+            if token in self.eos_token_ids:
+                break  # nothing after an EOS can be emitted
+            feed = [token]
+        # The last drafted token is not fed: if the target keeps every token it is caught up next block.
+        if q_rows:
+            proposal.q = torch.stack(q_rows)
+        return proposal
+
+    def rollback(self, valid_length: int) -> None:
+        if self.session.length > valid_length:
+            self.session.crop(valid_length)
+
+
+def as_proposer(draft) -> DraftProposer:
+    """A proposer as is; a model or a session becomes a ModelDraft."""
+    if hasattr(draft, "propose") and hasattr(draft, "rollback"):
+        return draft
+    return ModelDraft(draft)

