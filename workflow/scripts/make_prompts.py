@@ -7,10 +7,10 @@ params: domain, domain_spec, prompt_sources ({set: source spec}), n, seed, max_p
 output: the parquet file
 """
 
-import contextlib
 import logging
 from pathlib import Path
 
+from specdec.logs import log_to
 from specdec.io import write_parquet
 from specdec.prompts import (build_prompt_table, domain_source_sets, model_context_length, read_prompt_source,
                              select_domain_prompts)
@@ -18,27 +18,6 @@ from specdec.prompts import (build_prompt_table, domain_source_sets, model_conte
 log = logging.getLogger("make_prompts")
 
 
-@contextlib.contextmanager
-def log_to(path):
-    """Route logging and warnings to the rule's log file for the duration of the block."""
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    handler = logging.FileHandler(path, mode="w")
-    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-    root = logging.getLogger()
-    old_level = root.level
-    root.addHandler(handler)
-    root.setLevel(logging.INFO)
-    logging.captureWarnings(True)
-    try:
-        yield
-    except Exception:
-        log.exception("failed")
-        raise
-    finally:
-        logging.captureWarnings(False)
-        root.removeHandler(handler)
-        root.setLevel(old_level)
-        handler.close()
 
 
 def make_prompts(domain, domain_spec, source_files, prompt_sources, tokenizer_path, n, seed, max_prompt_tokens,

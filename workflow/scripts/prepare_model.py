@@ -1,6 +1,5 @@
 """Snakemake script for the models stage: obtain one model and write resources/models/{model}/ (manifest.json last)."""
 
-from __future__ import annotations
 
 import contextlib
 from pathlib import Path

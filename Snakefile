@@ -1,0 +1,29 @@
+# SpecDec: exact speculative decoding, verified and measured. `snakemake --cores 2` runs the whole study.
+from snakemake.utils import min_version, validate
+
+min_version("9.0")
+
+
+configfile: "config.yaml"
+
+
+validate(config, "workflow/schemas/config.schema.yaml")
+
+
+include: "workflow/rules/common.smk"
+include: "workflow/rules/models.smk"
+include: "workflow/rules/prompts.smk"
+include: "workflow/rules/decode.smk"
+include: "workflow/rules/verify.smk"
+include: "workflow/rules/report.smk"
+
+
+rule all:
+    input:
+        "results/tables/greedy_identity.csv",
+        "results/tables/study.csv",
+        "results/tables/study.md",
+        "results/plots/acceptance_heatmap.png",
+        "results/plots/speedup_vs_k.png",
+        "results/provenance.yaml",
+    default_target: True

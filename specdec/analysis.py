@@ -1,0 +1,65 @@
+"""From per-sequence rows to the study's tables: greedy identity counts and acceptance / tokens per pass / speedup."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from .stats import bootstrap_median_interval
+
+PAIR_KEYS = ["setting", "draft", "domain", "k", "seed", "temperature", "prompt_id", "repeat"]
+STUDY_COLUMNS = ["draft", "domain", "k", "temperature", "acceptance", "tokens_per_pass", "speedup_median",
+                 "speedup_lo", "speedup_hi", "n_prompts", "n_repeats"]
+IDENTITY_COLUMNS = ["draft", "domain", "k", "n_sequences", "n_identical", "n_near_tie", "n_divergent"]
+
+
+def speedup_pairs(sequences: pd.DataFrame) -> pd.DataFrame:
+    """One row per (job, prompt, repeat): baseline seconds, speculative seconds, their ratio."""
+    seconds = sequences.pivot_table(index=PAIR_KEYS, columns="method", values="total_seconds", aggfunc="first")
+    pairs = seconds.rename(columns={"baseline": "baseline_seconds", "speculative": "speculative_seconds"})
+    pairs["speedup"] = pairs["baseline_seconds"] / pairs["speculative_seconds"]
+    return pairs.reset_index()
+
+
+def study_table(sequences: pd.DataFrame, seed: int = 0) -> pd.DataFrame:
+    """acceptance = accepted / drafted and tokens_per_pass = tokens / target passes, pooled over the group's
+    speculative sequences; speedup median with a bootstrap interval over prompts x repeats (x seeds)."""
+    spec = sequences[sequences["method"] == "speculative"]
+    pairs = speedup_pairs(sequences)
+    rows = []
+    for (draft, domain, k, temperature), group in spec.groupby(["draft", "domain", "k", "temperature"]):
+        ratios = pairs[(pairs.draft == draft) & (pairs.domain == domain) & (pairs.k == k)
+                       & (pairs.temperature == temperature)]["speedup"].to_numpy()
+        median, lo, hi = bootstrap_median_interval(ratios, seed=seed)
+        rows.append({
+            "draft": draft, "domain": domain, "k": int(k), "temperature": float(temperature),
+            "acceptance": group["accepted"].sum() / group["drafted"].sum(),
+            "tokens_per_pass": group["n_tokens"].sum() / group["target_passes"].sum(),
+            "speedup_median": median, "speedup_lo": lo, "speedup_hi": hi,
+            "n_prompts": group["prompt_id"].nunique(), "n_repeats": group["repeat"].nunique(),
+        })
+    return pd.DataFrame(rows, columns=STUDY_COLUMNS).sort_values(["draft", "temperature", "domain", "k"])
+
+
+def classify_greedy(sequences: pd.DataFrame) -> pd.DataFrame:
+    """The greedy speculative rows with a verdict: identical, near_tie (diagnosed rounding) or divergent."""
+    spec = sequences[(sequences["method"] == "speculative") & (sequences["setting"] == "greedy")].copy()
+    near_tie = spec.get("near_tie", pd.Series(False, index=spec.index)).fillna(False).astype(bool)
+    spec["verdict"] = np.where(spec["identical"].astype(bool), "identical",
+                               np.where(near_tie, "near_tie", "divergent"))
+    return spec
+
+
+def greedy_identity_table(classified: pd.DataFrame) -> pd.DataFrame:
+    counts = classified.groupby(["draft", "domain", "k"])["verdict"].value_counts().unstack(fill_value=0)
+    table = pd.DataFrame({
+        "n_sequences": counts.sum(axis=1),
+        "n_identical": counts.get("identical", 0),
+        "n_near_tie": counts.get("near_tie", 0),
+        "n_divergent": counts.get("divergent", 0),
+    }).reset_index()
+    return table[IDENTITY_COLUMNS]
+
+
+def to_markdown(table: pd.DataFrame, floatfmt: str = ".3f") -> str:
+    return table.to_markdown(index=False, floatfmt=floatfmt) + "\n"

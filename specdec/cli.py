@@ -1,0 +1,196 @@
+"""Command line: `python -m specdec generate --target DIR [--draft DIR] --prompt TEXT ...`.
+
+Results go to stdout (the generated text, or one JSON object with --json); progress and statistics go to stderr.
+Exit codes: 0 success, 1 greedy identity violated (--baseline at temperature 0), 2 bad arguments or unusable models.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from typing import Sequence
+
+EXIT_OK, EXIT_IDENTITY, EXIT_USAGE = 0, 1, 2
+
+
+class UsageError(ValueError):
+    """A bad argument: reported as one line on stderr, exit code 2."""
+
+
+def _build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="specdec", description="Exact speculative decoding.")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    gen = sub.add_parser(
+        "generate",
+        help="generate text with speculative (or plain) decoding",
+        description="Generate a continuation of one prompt. With --draft: speculative decoding (exact: at "
+                    "temperature 0 the tokens equal plain greedy decoding's); without: plain decoding.",
+    )
+    gen.add_argument("--target", required=True, metavar="DIR", help="prepared target model directory (manifest.json)")
+    gen.add_argument("--draft", metavar="DIR", help="prepared draft model directory; omitted: plain decoding only")
+    gen.add_argument("--k", type=int, default=4, help="draft tokens proposed per target pass (default 4)")
+    gen.add_argument("--prompt", required=True, help="the prompt text ('-': read it from stdin)")
+    gen.add_argument("--max-new-tokens", type=int, default=32, metavar="N", help="tokens to generate (default 32)")
+    gen.add_argument("--temperature", type=float, default=0.0, metavar="T", help="0 = greedy (default 0)")
+    gen.add_argument("--top-k", type=int, default=None, metavar="K")
+    gen.add_argument("--top-p", type=float, default=None, metavar="P", help="nucleus mass in (0, 1]")
+    gen.add_argument("--seed", type=int, default=0, help="sampling seed (default 0)")
+    gen.add_argument("--json", action="store_true", help="print one JSON object (tokens, text, statistics)")
+    gen.add_argument("--no-chat-template", action="store_true",
+                     help="feed the prompt as is, even if the tokenizer has a chat template")
+    gen.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32", help="(default float32)")
+    gen.add_argument("--device", default="cpu", help="torch device (default cpu)")
+    gen.add_argument("--threads", type=int, default=None, metavar="N", help="torch CPU threads")
+    gen.add_argument("--no-weight-major", action="store_true",
+                     help="keep torch's nn.Linear (by default on CPU linear layers run as W @ x^T, see kernels.py)")
+    gen.add_argument("--baseline", action="store_true",
+                     help="also run plain decoding: report the speedup and, at temperature 0, check greedy identity")
+    return parser
+
+
+def _validate(args: argparse.Namespace) -> None:
+    if args.k < 1:
+        raise UsageError(f"--k must be >= 1, got {args.k}")
+    if args.max_new_tokens < 1:
+        raise UsageError(f"--max-new-tokens must be >= 1, got {args.max_new_tokens}")
+    if not args.temperature >= 0.0 or math.isinf(args.temperature):  # also rejects NaN
+        raise UsageError(f"--temperature must be a finite number >= 0, got {args.temperature}")
+    if args.top_k is not None and args.top_k < 1:
+        raise UsageError(f"--top-k must be >= 1, got {args.top_k}")
+    if args.top_p is not None and not 0.0 < args.top_p <= 1.0:
+        raise UsageError(f"--top-p must be in (0, 1], got {args.top_p}")
+    if args.threads is not None and args.threads < 1:
+        raise UsageError(f"--threads must be >= 1, got {args.threads}")
+
+
+def _finite(x: float) -> float | None:
+    """NaN/inf are not JSON: report them as null."""
+    return x if isinstance(x, (int, float)) and math.isfinite(x) else None
+
+
+def _status(msg: str) -> None:
+    print(f"specdec: {msg}", file=sys.stderr, flush=True)
+
+
+def _load(path: str, role: str, args: argparse.Namespace):
+    from specdec.models import load_model, read_manifest
+
+    read_manifest(path)  # a clear InvalidModelDirError for a missing or unprepared directory
+    start = time.perf_counter()
+    model, tok = load_model(path, dtype=args.dtype, device=args.device)
+    if args.device == "cpu" and not args.no_weight_major:
+        from specdec.kernels import use_weight_major_linear
+
+        use_weight_major_linear(model)
+    _status(f"loaded {role} {path} ({args.dtype}) in {time.perf_counter() - start:.1f} s")
+    return model, tok
+
+
+def _prompt_ids(args: argparse.Namespace, tok):
+    import torch
+
+    from specdec.prompts import apply_chat_template, tokenize_prompts
+
+    text = sys.stdin.read() if args.prompt == "-" else args.prompt
+    use_template = not args.no_chat_template and getattr(tok, "chat_template", None) is not None
+    chat_text = apply_chat_template([text], tok, use_chat_template=use_template)[0]
+    ids = tokenize_prompts([chat_text], tok, use_chat_template=use_template)[0]
+    if not ids:
+        raise UsageError("the prompt is empty after tokenisation")
+    _status(f"prompt: {len(ids)} tokens{' (chat template)' if use_template else ''}")
+    return torch.tensor([ids], dtype=torch.long, device=args.device)
+
+
+def _generate(args: argparse.Namespace) -> int:
+    import torch
+
+    from specdec.decode import generate_baseline, generate_speculative
+    from specdec.models import check_same_vocabulary, read_manifest
+
+    _validate(args)
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
+    # Check both directories before loading anything heavy.
+    read_manifest(args.target)
+    if args.draft is not None:
+        read_manifest(args.draft)
+
+    target, tok = _load(args.target, "target", args)
+    draft = None
+    if args.draft is not None:
+        draft, draft_tok = _load(args.draft, "draft", args)
+        check_same_vocabulary(tok, draft_tok, args.target, args.draft)
+    input_ids = _prompt_ids(args, tok)
+    sampling = dict(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, seed=args.seed)
+
+    baseline = None
+    if draft is None or args.baseline:
+        baseline = generate_baseline(target, input_ids, args.max_new_tokens, **sampling)
+        _status(f"baseline: {len(baseline.tokens)} tokens in {baseline.total_seconds:.2f} s")
+    result = baseline
+    if draft is not None:
+        result = generate_speculative(target, draft, input_ids, args.k, args.max_new_tokens, **sampling)
+        _status(f"speculative (k={args.k}): {len(result.tokens)} tokens in {result.total_seconds:.2f} s, "
+                f"acceptance {result.acceptance:.3f}, {result.tokens_per_pass:.2f} tokens/target pass")
+
+    text = tok.decode(result.tokens, skip_special_tokens=True)
+    summary = result.summary()
+    out = {
+        "tokens": result.tokens,
+        "text": text,
+        "mode": "speculative" if draft is not None else "baseline",
+        "k": args.k if draft is not None else None,
+        "prompt_tokens": int(input_ids.shape[1]),
+        **{key: _finite(value) for key, value in summary.items()},
+    }
+    code = EXIT_OK
+    if draft is not None and baseline is not None:
+        out["baseline_tokens"] = baseline.tokens
+        out["baseline_seconds"] = baseline.total_seconds
+        out["speedup"] = _finite(baseline.total_seconds / result.total_seconds) if result.total_seconds else None
+        _status(f"speedup over plain decoding: {out['speedup']:.2f}x" if out["speedup"] else "speedup: n/a")
+        if args.temperature == 0.0:
+            identical = result.tokens == baseline.tokens
+            out["greedy_identical"] = identical
+            if identical:
+                _status("greedy identity: speculative tokens == plain decoding tokens")
+            else:
+                first = next((i for i, (a, b) in enumerate(zip(result.tokens, baseline.tokens)) if a != b),
+                             min(len(result.tokens), len(baseline.tokens)))
+                _status(f"greedy identity VIOLATED: tokens first differ at position {first} "
+                        f"({len(result.tokens)} vs {len(baseline.tokens)} tokens)")
+                code = EXIT_IDENTITY
+
+    if args.json:
+        print(json.dumps(out))
+    else:
+        print(text)
+    return code
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = _build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as e:  # argparse errors (exit 2) and --help (exit 0)
+        return e.code if isinstance(e.code, int) else EXIT_USAGE
+    from specdec.models import ModelSourceError
+
+    try:
+        if args.command == "generate":
+            return _generate(args)
+        parser.error(f"unknown command {args.command!r}")
+    except (ValueError, ModelSourceError) as e:  # bad values, unprepared dirs, vocabulary mismatch
+        print(f"specdec {args.command}: error: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    except OSError as e:  # unreadable files inside a model directory
+        print(f"specdec {args.command}: error: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    return EXIT_OK
+
+
+if __name__ == "__main__":
+    sys.exit(main())

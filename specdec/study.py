@@ -1,0 +1,98 @@
+"""One decoding job of the study: baseline and speculative decoding over a prompt set, interleaved in one process.
+
+Per prompt and repeat the two methods run back to back, their order alternating, so that slow drifts of a shared
+machine hit both alike; speedups are then ratios of timings taken seconds apart. Greedy runs are compared token for
+token on the spot and any divergence is diagnosed while the models are loaded (see diagnose.py).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass
+from typing import Callable
+
+import pandas as pd
+import torch
+
+from .decode import DecodeResult, generate_baseline, generate_speculative
+from .diagnose import diagnose_divergence
+from .kernels import use_weight_major_linear
+from .models import load_model
+
+
+@dataclass(frozen=True)
+class DecodeJob:
+    setting: str  # 'greedy' or 'sampled'
+    draft: str
+    domain: str
+    k: int
+    seed: int
+    max_new_tokens: int
+    repeats: int = 1
+    temperature: float = 0.0
+    top_k: int | None = None
+    top_p: float | None = None
+
+
+@dataclass(frozen=True)
+class Runtime:
+    dtype: str = "float32"
+    device: str = "cpu"
+    linear_kernel: str = "weight_major"
+    threads: int | None = None
+
+
+def load_for_decoding(model_dir, runtime: Runtime):
+    """A prepared model set up as the study runs it (dtype, device, linear kernel); returns (model, tokenizer)."""
+    if runtime.threads:
+        torch.set_num_threads(runtime.threads)
+    if runtime.device == "cuda" and not torch.cuda.is_available():
+        raise RuntimeError("config runtime.device is 'cuda' but torch sees no CUDA device")
+    model, tokenizer = load_model(model_dir, dtype=runtime.dtype, device=runtime.device)
+    if runtime.linear_kernel == "weight_major" and runtime.device == "cpu":
+        use_weight_major_linear(model)
+    return model, tokenizer
+
+
+def _run(method: str, target, draft, input_ids, job: DecodeJob, seed: int) -> DecodeResult:
+    sampling = dict(temperature=job.temperature, top_k=job.top_k, top_p=job.top_p, seed=seed)
+    if method == "baseline":
+        return generate_baseline(target, input_ids, job.max_new_tokens, **sampling)
+    return generate_speculative(target, draft, input_ids, job.k, job.max_new_tokens, **sampling)
+
+
+def run_decode_job(target, draft, prompts: pd.DataFrame, job: DecodeJob,
+                   log: Callable[[str], None] = print) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Run the job over every prompt; returns (steps, sequences): one row per target pass, one per sequence."""
+    keys = asdict(job)
+    del keys["repeats"]
+    step_rows, sequence_rows = [], []
+    # Warm-up (first calls allocate and pick kernels): not recorded.
+    warm = torch.tensor([prompts.iloc[0]["input_ids"]], dtype=torch.long)
+    generate_baseline(target, warm, 2)
+    generate_speculative(target, draft, warm, job.k, 2)
+    started = time.perf_counter()
+    for index, prompt in enumerate(prompts.itertuples(index=False)):
+        input_ids = torch.tensor([list(prompt.input_ids)], dtype=torch.long)
+        for repeat in range(job.repeats):
+            order = ["baseline", "speculative"] if (index + repeat) % 2 == 0 else ["speculative", "baseline"]
+            results = {method: _run(method, target, draft, input_ids, job, job.seed) for method in order}
+            identical = results["baseline"].tokens == results["speculative"].tokens
+            diagnosis = {}
+            if job.setting == "greedy" and not identical:
+                diagnosis = diagnose_divergence(target, draft, input_ids, job.k, job.max_new_tokens,
+                                                results["baseline"].tokens, results["speculative"].tokens)
+                log(f"  divergence on {prompt.prompt_id}: {diagnosis}")
+            for method, result in results.items():
+                row_keys = dict(keys, prompt_id=prompt.prompt_id, repeat=repeat, method=method)
+                step_rows += [dict(row_keys, **step) for step in result.step_rows()]
+                sequence_rows.append(dict(row_keys, n_prompt_tokens=len(prompt.input_ids), tokens=result.tokens,
+                                          **result.summary(), identical=identical if method == "speculative" else None,
+                                          **(diagnosis if method == "speculative" else {})))
+            base, spec = results["baseline"], results["speculative"]
+            log(f"[{index + 1}/{len(prompts)} r{repeat}] {prompt.prompt_id}: baseline {base.total_seconds:.2f}s, "
+                f"speculative {spec.total_seconds:.2f}s ({base.total_seconds / spec.total_seconds:.2f}x), "
+                f"acceptance {spec.acceptance:.2f}, tokens/pass {spec.tokens_per_pass:.2f}, "
+                + (f"{'identical' if identical else 'DIFFERENT'} tokens; " if job.setting == "greedy" else "")
+                + f"{time.perf_counter() - started:.0f}s so far")
+    return pd.DataFrame(step_rows), pd.DataFrame(sequence_rows)

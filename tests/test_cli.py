@@ -1,0 +1,137 @@
+"""The command line (`python -m specdec generate`) on tiny prepared model directories."""
+
+from __future__ import annotations
+
+import json
+import os
+import string
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from specdec.cli import main
+from specdec.models import prepare_model
+from specdec.testing import perturbed_copy, tiny_qwen2
+
+V = 64
+SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+# Byte-level characters ("Ġ" is the space): for a qwen2 config AutoTokenizer always builds a Qwen2Tokenizer (byte-level
+# BPE) from the saved vocabulary, whatever tokenizer.json holds, so a WordLevel tokenizer would not survive a reload.
+CHARS = ["Ġ"] + list(string.ascii_lowercase) + list(string.ascii_uppercase) + list("01234567")
+CHAT_TEMPLATE = ("{% for m in messages %}<|im_start|>{{ m['role'] }} {{ m['content'] }}<|im_end|> {% endfor %}"
+                 "{% if add_generation_prompt %}<|im_start|>assistant {% endif %}")
+
+
+def _tokenizer(chars: list[str]):
+    """A character-level byte-level BPE tokenizer (no merges) of exactly V tokens, with a chat template."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {t: i for i, t in enumerate(SPECIALS + chars)}
+    assert len(vocab) == V
+    backend = Tokenizer(models.BPE(vocab, [], unk_token=None))
+    backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    backend.decoder = decoders.ByteLevel()
+    tok = PreTrainedTokenizerFast(tokenizer_object=backend, eos_token="<|im_end|>", pad_token="<|endoftext|>",
+                                  additional_special_tokens=["<|im_start|>"])
+    tok.chat_template = CHAT_TEMPLATE
+    assert len(tok) == V
+    return tok
+
+
+def _prepared(root: Path, name: str, model, tok) -> str:
+    src = root / f"{name}-src"
+    model.save_pretrained(src, safe_serialization=True)
+    tok.save_pretrained(src)
+    out = root / name
+    prepare_model({"source": "local", "path": str(src)}, out, root / "downloads", log=lambda msg: None)
+    return str(out)
+
+
+@pytest.fixture(scope="module")
+def dirs(tmp_path_factory):
+    root = tmp_path_factory.mktemp("cli-models")
+    target = tiny_qwen2(vocab_size=V, dtype=torch.float32)
+    draft = perturbed_copy(target, noise=0.05)
+    other = CHARS[:-1] + ["8"]  # same size, one different string: only the tokenizer check can catch it
+    return {
+        "target": _prepared(root, "target", target, _tokenizer(CHARS)),
+        "draft": _prepared(root, "draft", draft, _tokenizer(CHARS)),
+        "other": _prepared(root, "other", draft, _tokenizer(other)),
+        "missing": str(root / "nope"),
+    }
+
+
+def _args(dirs, *extra, draft="draft"):
+    base = ["generate", "--target", dirs["target"], "--prompt", "hello world", "--max-new-tokens", "12",
+            "--threads", "1"]
+    return base + (["--draft", dirs[draft]] if draft else []) + list(extra)
+
+
+def test_json_speculative_matches_baseline_at_temperature_zero(dirs, capsys):
+    assert main(_args(dirs, "--k", "3", "--json", "--baseline")) == 0
+    out = json.loads(capsys.readouterr().out)
+    for key in ("tokens", "text", "acceptance", "tokens_per_pass", "n_tokens", "target_passes", "total_seconds",
+                "baseline_seconds", "speedup", "baseline_tokens"):
+        assert key in out, key
+    assert out["n_tokens"] == len(out["tokens"]) == 12
+    assert out["tokens"] == out["baseline_tokens"]
+    assert out["greedy_identical"] is True
+    assert 0.0 <= out["acceptance"] <= 1.0
+    assert out["tokens_per_pass"] > 1.0  # the draft is a slightly perturbed copy of the target
+
+
+def test_sampling_and_baseline_only(dirs, capsys):
+    assert main(_args(dirs, "--json", "--temperature", "0.8", "--top-k", "20", "--top-p", "0.9", "--seed", "3")) == 0
+    sampled = json.loads(capsys.readouterr().out)
+    assert sampled["n_tokens"] == 12
+    assert main(_args(dirs, "--json", draft=None)) == 0
+    plain = json.loads(capsys.readouterr().out)
+    assert plain["mode"] == "baseline" and plain["target_passes"] == plain["n_tokens"] == 12
+
+
+def test_text_mode_prints_text_to_stdout(dirs, capsys):
+    assert main(_args(dirs, "--no-chat-template")) == 0
+    captured = capsys.readouterr()
+    assert captured.out.strip()
+    assert "{" not in captured.out
+    assert "acceptance" in captured.err  # statistics go to stderr
+
+
+def test_vocabulary_mismatch_exits_2_naming_both(dirs, capsys):
+    assert main(_args(dirs, draft="other")) == 2
+    err = capsys.readouterr().err
+    assert dirs["target"] in err and dirs["other"] in err and "vocabular" in err
+    assert "Traceback" not in err
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--k", "0"], "--k"),
+    (["--temperature", "-1"], "--temperature"),
+    (["--top-p", "0"], "--top-p"),
+    (["--top-p", "1.5"], "--top-p"),
+    (["--k", "two"], "--k"),
+])
+def test_bad_arguments_exit_2(dirs, capsys, extra, message):
+    assert main(_args(dirs, *extra)) == 2
+    captured = capsys.readouterr()
+    assert message in captured.err and "Traceback" not in captured.err
+    assert captured.out == ""
+
+
+def test_missing_model_dir_exits_2(dirs, capsys):
+    assert main(["generate", "--target", dirs["missing"], "--prompt", "hi"]) == 2
+    err = capsys.readouterr().err
+    assert dirs["missing"] in err and len(err.strip().splitlines()) == 1
+
+
+def test_python_dash_m(dirs):
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run([sys.executable, "-m", "specdec", *_args(dirs, "--json")], capture_output=True, text=True,
+                          env=env, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert len(out["tokens"]) == 12 and isinstance(out["text"], str)

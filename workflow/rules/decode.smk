@@ -1,0 +1,27 @@
+# Decoding stage: per (setting, draft, domain, k, seed), baseline and speculative decoding interleaved in one
+# process over the domain's prompts; one parquet row per target pass and one per sequence.
+
+
+rule decode:
+    input:
+        target=model_dir(config["target"]),
+        draft=lambda wc: model_dir(wc.draft),
+        prompts="results/prompts/{domain}.parquet",
+    output:
+        steps=RUN_DIR + "/steps.parquet",
+        sequences=RUN_DIR + "/sequences.parquet",
+    params:
+        sampling=sampling_params,
+        max_new_tokens=DECODING["max_new_tokens"],
+        repeats=DECODING.get("repeats", 1),
+        runtime=RUNTIME,
+    threads: workflow.cores
+    resources:
+        mem_mb=14000,
+        gpu=1 if RUNTIME.get("device") == "cuda" else 0,
+    log:
+        "logs/decode/{setting}/{draft}/{domain}/k{k}/seed{seed}.log",
+    benchmark:
+        "benchmarks/decode/{setting}/{draft}/{domain}/k{k}/seed{seed}.tsv"
+    script:
+        "../scripts/decode.py"

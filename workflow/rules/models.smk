@@ -1,0 +1,18 @@
+# Models stage: each model of config.yaml becomes resources/models/{model}/ (safetensors + tokenizer + manifest).
+
+
+rule prepare_model:
+    output:
+        directory("resources/models/{model}"),
+    params:
+        spec=lambda wc: config["models"][wc.model],
+        download_dir=lambda wc: f"resources/downloads/{wc.model}",
+        dtype="float32",
+    log:
+        "logs/models/{model}.log",
+    benchmark:
+        "benchmarks/models/{model}.tsv"
+    resources:
+        mem_mb=16000,  # converting the 1.5B GGUF peaks near 2x its fp32 size
+    script:
+        "../scripts/prepare_model.py"

@@ -1,0 +1,43 @@
+# Prompts stage: pinned public prompt sets -> one parquet of chat-templated, tokenized prompts per domain.
+
+
+for _set, _spec in config["prompt_sources"].items():
+
+    rule:
+        name:
+            f"fetch_prompt_source_{_set}"
+        output:
+            f"resources/prompt_sources/{source_file_name(_set, _spec)}",
+        params:
+            spec=_spec,
+            download_dir="resources/prompt_sources/archives",
+        log:
+            f"logs/prompt_sources/{_set}.log",
+        script:
+            "../scripts/fetch_prompt_source.py"
+
+
+def prompt_inputs(wildcards):
+    spec = config["domains"][wildcards.domain]
+    files = {s: f"resources/prompt_sources/{source_file_name(s, config['prompt_sources'][s])}"
+             for s in domain_source_sets(spec)}
+    return files | {"tokenizer": model_dir(config["target"])}
+
+
+rule make_prompts:
+    input:
+        unpack(prompt_inputs),
+    output:
+        "results/prompts/{domain}.parquet",
+    params:
+        domain_spec=lambda wc: config["domains"][wc.domain],
+        prompt_sources=config["prompt_sources"],
+        n=config["prompts"]["per_domain"],
+        seed=config["prompts"]["seed"],
+        max_prompt_tokens=config["prompts"].get("max_prompt_tokens", 1024),
+        use_chat_template=config["prompts"].get("use_chat_template", True),
+        system_prompt=config["prompts"].get("system_prompt"),
+    log:
+        "logs/prompts/{domain}.log",
+    script:
+        "../scripts/make_prompts.py"

@@ -1,0 +1,76 @@
+"""Snakemake script: results/provenance.yaml — config, package versions, machine, date, models, job wall times."""
+
+import datetime
+import json
+import logging
+import os
+import platform
+from importlib import metadata
+from pathlib import Path
+
+import pandas as pd
+import yaml
+
+from specdec.io import write_text
+from specdec.logs import log_to
+
+log = logging.getLogger("provenance")
+PACKAGES = ["specdec", "torch", "transformers", "safetensors", "gguf", "accelerate", "snakemake", "pandas",
+            "pyarrow", "scipy", "seaborn", "numpy"]
+
+
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def versions() -> dict:
+    found = {}
+    for name in PACKAGES:
+        try:
+            found[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            found[name] = None
+    return found
+
+
+def job_times(benchmark_files) -> dict:
+    seconds = [float(pd.read_csv(f, sep="\t")["s"].iloc[0]) for f in benchmark_files]
+    mtimes = [os.path.getmtime(f) for f in benchmark_files]
+    first_start = min(m - s for m, s in zip(mtimes, seconds))
+    return {"decode_jobs": len(seconds), "decode_job_seconds_sum": round(sum(seconds), 1),
+            "decode_span_seconds": round(max(mtimes) - first_start, 1),
+            "decode_first_start": datetime.datetime.fromtimestamp(first_start, datetime.UTC).isoformat(),
+            "decode_last_end": datetime.datetime.fromtimestamp(max(mtimes), datetime.UTC).isoformat()}
+
+
+def provenance(config, model_dirs, benchmark_files) -> dict:
+    import torch
+
+    return {
+        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "machine": {"cpu": cpu_model(), "logical_cpus": os.cpu_count(), "platform": platform.platform(),
+                    "python": platform.python_version(), "torch_threads": torch.get_num_threads()},
+        "packages": versions(),
+        "models": {Path(d).name: {k: v for k, v in json.loads((Path(d) / "manifest.json").read_text()).items()
+                                  if k in ("source", "num_hidden_layers", "hidden_size", "vocab_size",
+                                           "parameter_count", "gguf_sha256", "safetensors_sha256")}
+                   for d in model_dirs},
+        "wall_time": job_times(benchmark_files),
+        "config": config,
+    }
+
+
+def main(snakemake):
+    with log_to(snakemake.log[0]):
+        record = provenance(dict(snakemake.params.config), snakemake.input.models, snakemake.input.benchmarks)
+        write_text(yaml.safe_dump(record, sort_keys=False), snakemake.output[0])
+
+
+if "snakemake" in globals():
+    main(snakemake)  # noqa: F821

@@ -1,0 +1,24 @@
+"""Snakemake script: all sequences -> results/tables/study.csv and its markdown twin."""
+
+import logging
+
+import pandas as pd
+
+from specdec.analysis import study_table, to_markdown
+from specdec.io import write_csv, write_text
+from specdec.logs import log_to
+
+log = logging.getLogger("study_table")
+
+
+def main(snakemake):
+    with log_to(snakemake.log[0]):
+        sequences = pd.concat([pd.read_parquet(f) for f in snakemake.input], ignore_index=True)
+        table = study_table(sequences)
+        log.info("\n%s", table.to_string(index=False))
+        write_csv(table, snakemake.output.csv)
+        write_text(to_markdown(table), snakemake.output.md)
+
+
+if "snakemake" in globals():
+    main(snakemake)  # noqa: F821
