@@ -20,8 +20,15 @@ class UsageError(ValueError):
     """A bad argument: reported as one line on stderr, exit code 2."""
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, but an error is one line on stderr (no usage dump); exit code 2 as usual."""
+
+    def error(self, message: str):
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see --help)\n")
+
+
 def _build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="specdec", description="Exact speculative decoding.")
+    parser = _Parser(prog="specdec", description="Exact speculative decoding.")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     gen = sub.add_parser(
         "generate",
@@ -180,16 +187,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     from specdec.models import ModelSourceError
 
     try:
-        if args.command == "generate":
-            return _generate(args)
-        parser.error(f"unknown command {args.command!r}")
+        return _generate(args)  # the only command so far
     except (ValueError, ModelSourceError) as e:  # bad values, unprepared dirs, vocabulary mismatch
         print(f"specdec {args.command}: error: {e}", file=sys.stderr)
         return EXIT_USAGE
     except OSError as e:  # unreadable files inside a model directory
         print(f"specdec {args.command}: error: {e}", file=sys.stderr)
         return EXIT_USAGE
-    return EXIT_OK
 
 
 if __name__ == "__main__":

@@ -18,12 +18,9 @@ from typing import Sequence
 import torch
 
 from .drafts import DraftProposer, as_proposer
+from .errors import VocabularyMismatchError
 from .lm import LanguageModelSession, as_session
 from .sampling import SamplingConfig, _speculative_step_unchecked, greedy_step, sample_from, warp_logits
-
-
-class VocabularyMismatchError(ValueError):
-    """Draft and target do not share a vocabulary, so q and p are not over the same tokens."""
 
 
 @dataclass

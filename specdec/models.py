@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable
 
+from specdec.errors import VocabularyMismatchError  # noqa: F401  (raised here, defined once)
 from specdec.io import write_text
 
 Log = Callable[[str], None]
@@ -43,6 +44,7 @@ _TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_m
 
 
 # --------------------------------------------------------------------------------------------------- errors
+
 class ModelSourceError(RuntimeError):
     """A model could not be obtained or prepared from its declared source."""
 
@@ -69,10 +71,6 @@ class ChecksumMismatchError(ModelSourceError):
 
 class InvalidModelDirError(ModelSourceError):
     """A model directory lacks required files (config, safetensors, tokenizer, manifest)."""
-
-
-class VocabularyMismatchError(ValueError):
-    """Two models that must share a tokenizer do not (speculative decoding compares token ids)."""
 
 
 # --------------------------------------------------------------------------------------------------- small helpers

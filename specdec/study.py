@@ -68,12 +68,12 @@ def run_decode_job(target, draft, prompts: pd.DataFrame, job: DecodeJob,
     del keys["repeats"]
     step_rows, sequence_rows = [], []
     # Warm-up (first calls allocate and pick kernels): not recorded.
-    warm = torch.tensor([prompts.iloc[0]["input_ids"]], dtype=torch.long)
+    warm = torch.tensor([[int(t) for t in prompts.iloc[0]["input_ids"]]], dtype=torch.long)
     generate_baseline(target, warm, 2)
     generate_speculative(target, draft, warm, job.k, 2)
     started = time.perf_counter()
     for index, prompt in enumerate(prompts.itertuples(index=False)):
-        input_ids = torch.tensor([list(prompt.input_ids)], dtype=torch.long)
+        input_ids = torch.tensor([[int(t) for t in prompt.input_ids]], dtype=torch.long)
         for repeat in range(job.repeats):
             order = ["baseline", "speculative"] if (index + repeat) % 2 == 0 else ["speculative", "baseline"]
             results = {method: _run(method, target, draft, input_ids, job, job.seed) for method in order}
