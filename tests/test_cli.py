@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import string
 import subprocess
 import sys
 from pathlib import Path
@@ -14,32 +13,15 @@ import torch
 
 from specdec.cli import main
 from specdec.models import prepare_model
-from specdec.testing import perturbed_copy, tiny_qwen2
+from specdec import testing
+from specdec.testing import TINY_VOCAB, perturbed_copy, tiny_qwen2
 
-V = 64
-SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
-# Byte-level characters ("Ġ" is the space): for a qwen2 config AutoTokenizer always builds a Qwen2Tokenizer (byte-level
-# BPE) from the saved vocabulary, whatever tokenizer.json holds, so a WordLevel tokenizer would not survive a reload.
-CHARS = ["Ġ"] + list(string.ascii_lowercase) + list(string.ascii_uppercase) + list("01234567")
-CHAT_TEMPLATE = ("{% for m in messages %}<|im_start|>{{ m['role'] }} {{ m['content'] }}<|im_end|> {% endfor %}"
-                 "{% if add_generation_prompt %}<|im_start|>assistant {% endif %}")
+V = TINY_VOCAB
+CHARS = testing.CHARS
 
 
-def _tokenizer(chars: list[str]):
-    """A character-level byte-level BPE tokenizer (no merges) of exactly V tokens, with a chat template."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
-
-    vocab = {t: i for i, t in enumerate(SPECIALS + chars)}
-    assert len(vocab) == V
-    backend = Tokenizer(models.BPE(vocab, [], unk_token=None))
-    backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    backend.decoder = decoders.ByteLevel()
-    tok = PreTrainedTokenizerFast(tokenizer_object=backend, eos_token="<|im_end|>", pad_token="<|endoftext|>",
-                                  additional_special_tokens=["<|im_start|>"])
-    tok.chat_template = CHAT_TEMPLATE
-    assert len(tok) == V
-    return tok
+def _tokenizer(chars):
+    return testing.tiny_tokenizer(chars)
 
 
 def _prepared(root: Path, name: str, model, tok) -> str:
