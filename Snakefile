@@ -7,6 +7,10 @@ min_version("9.0")
 configfile: "config.yaml"
 
 
+# every rule runs in the one pinned environment (used with `--sdm conda`)
+SPECDEC_ENV = "../../envs/specdec.yaml"  # relative to workflow/rules/, where every rule lives
+
+
 validate(config, "workflow/schemas/config.schema.yaml")
 
 

@@ -29,7 +29,6 @@ check_config_semantics(config)
 
 DECODING = config["decoding"]
 RUNTIME = config.get("runtime", {})
-RUN_DIR = "results/runs/{setting}/{draft}/{domain}/k{k}/seed{seed}"
 
 wildcard_constraints:
     model="|".join(map(re.escape, config["models"])),
@@ -59,8 +58,8 @@ def decode_jobs(setting=None):
 
 
 def run_files(name, setting=None):
-    return [RUN_DIR.format(setting=s, draft=d, domain=dom, k=k, seed=seed) + f"/{name}"
-            for s, d, dom, k, seed in decode_jobs(setting)]
+    """The `name` file (steps.parquet / sequences.parquet) of every decoding job."""
+    return [f"results/runs/{s}/{d}/{dom}/k{k}/seed{seed}/{name}" for s, d, dom, k, seed in decode_jobs(setting)]
 
 
 def sampling_params(wildcards):
@@ -69,3 +68,10 @@ def sampling_params(wildcards):
     sampled = DECODING["sampled"]
     return {"temperature": float(sampled["temperature"]), "top_k": sampled.get("top_k"),
             "top_p": sampled.get("top_p")}
+
+
+def prompt_inputs(wildcards):
+    spec = config["domains"][wildcards.domain]
+    files = {s: f"resources/prompt_sources/{source_file_name(s, config['prompt_sources'][s])}"
+             for s in domain_source_sets(spec)}
+    return files | {"tokenizer": model_dir(config["target"])}

@@ -8,8 +8,8 @@ rule decode:
         draft=lambda wc: model_dir(wc.draft),
         prompts="results/prompts/{domain}.parquet",
     output:
-        steps=RUN_DIR + "/steps.parquet",
-        sequences=RUN_DIR + "/sequences.parquet",
+        steps="results/runs/{setting}/{draft}/{domain}/k{k}/seed{seed}/steps.parquet",
+        sequences="results/runs/{setting}/{draft}/{domain}/k{k}/seed{seed}/sequences.parquet",
     params:
         sampling=sampling_params,
         max_new_tokens=DECODING["max_new_tokens"],
@@ -19,6 +19,8 @@ rule decode:
     resources:
         mem_mb=14000,
         gpu=1 if RUNTIME.get("device") == "cuda" else 0,
+    conda:
+        SPECDEC_ENV
     log:
         "logs/decode/{setting}/{draft}/{domain}/k{k}/seed{seed}.log",
     benchmark:

@@ -8,6 +8,8 @@ rule prepare_model:
         spec=lambda wc: config["models"][wc.model],
         download_dir=lambda wc: f"resources/downloads/{wc.model}",
         dtype="float32",
+    conda:
+        SPECDEC_ENV
     log:
         "logs/models/{model}.log",
     benchmark:

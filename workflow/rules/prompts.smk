@@ -11,17 +11,12 @@ for _set, _spec in config["prompt_sources"].items():
         params:
             spec=_spec,
             download_dir="resources/prompt_sources/archives",
+        conda:
+            SPECDEC_ENV
         log:
             f"logs/prompt_sources/{_set}.log",
         script:
             "../scripts/fetch_prompt_source.py"
-
-
-def prompt_inputs(wildcards):
-    spec = config["domains"][wildcards.domain]
-    files = {s: f"resources/prompt_sources/{source_file_name(s, config['prompt_sources'][s])}"
-             for s in domain_source_sets(spec)}
-    return files | {"tokenizer": model_dir(config["target"])}
 
 
 rule make_prompts:
@@ -37,6 +32,8 @@ rule make_prompts:
         max_prompt_tokens=config["prompts"].get("max_prompt_tokens", 1024),
         use_chat_template=config["prompts"].get("use_chat_template", True),
         system_prompt=config["prompts"].get("system_prompt"),
+    conda:
+        SPECDEC_ENV
     log:
         "logs/prompts/{domain}.log",
     script:

@@ -7,6 +7,8 @@ rule study_table:
     output:
         csv=report("results/tables/study.csv", caption="../report/study.rst", category="Study"),
         md="results/tables/study.md",
+    conda:
+        SPECDEC_ENV
     log:
         "logs/report/study_table.log",
     script:
@@ -20,6 +22,8 @@ rule plots:
         heatmap=report("results/plots/acceptance_heatmap.png", caption="../report/acceptance_heatmap.rst",
                        category="Study"),
         speedup=report("results/plots/speedup_vs_k.png", caption="../report/speedup_vs_k.rst", category="Study"),
+    conda:
+        SPECDEC_ENV
     log:
         "logs/report/plots.log",
     script:
@@ -35,6 +39,8 @@ rule provenance:
         "results/provenance.yaml",
     params:
         config=config,
+    conda:
+        SPECDEC_ENV
     log:
         "logs/report/provenance.log",
     script:

@@ -8,6 +8,8 @@ rule verify_greedy:
         verdicts="results/verify/greedy.parquet",
         table=report("results/tables/greedy_identity.csv", caption="../report/greedy_identity.rst",
                      category="Verification"),
+    conda:
+        SPECDEC_ENV
     log:
         "logs/verify/greedy.log",
     script:
