@@ -3,6 +3,10 @@
 The decoding loop calls `prefill(prompt)` once, then per block `propose(context, k, ...)` and, after the target
 has verified, `rollback(valid_length)` with the length of the prefix the draft may keep. A proposer that holds
 state (a KV cache) keeps whatever of it is still a prefix of the context; the rest is fed again next time.
+A proposal may hold fewer than k tokens, or none: the loop then runs a plain one-token target step.
+
+ModelDraft (here) drafts with a causal LM; specdec/draft_kinds.py has PromptLookupDraft (n-gram lookup in the
+context, no model) and EarlyExitDraft (the target's own first layers).
 """
 
 from __future__ import annotations
@@ -43,10 +47,23 @@ class DraftProposer(Protocol):
 class ModelDraft:
     """A smaller causal LM as the draft (a separate model, a truncated model or the target's own first layers)."""
 
-    def __init__(self, model_or_session, eos_token_ids: Sequence[int] | None = None):
+    def __init__(
+        self,
+        model_or_session,
+        eos_token_ids: Sequence[int] | None = None,
+        *,
+        min_confidence: float | None = None,
+    ):
+        """min_confidence (adaptive drafting, like llama.cpp's --draft-p-min or Hugging Face's
+        assistant_confidence_threshold): after proposing a token, stop the block (keeping that token) when the
+        draft's probability of it is below this; k is then a maximum. The probability is the warped one the token
+        was sampled from, or softmax(logits) at temperature 0. None (the default) always drafts k tokens."""
+        if min_confidence is not None and not (float(min_confidence) >= 0.0):  # also catches NaN
+            raise ValueError(f"min_confidence must be >= 0 or None, got {min_confidence!r}")
         self.session: LanguageModelSession = as_session(model_or_session)
         self.vocab_size = self.session.vocab_size
         self.eos_token_ids = frozenset(eos_token_ids) if eos_token_ids is not None else self.session.eos_token_ids
+        self.min_confidence = None if min_confidence is None else float(min_confidence)
 
     def prefill(self, prompt: Sequence[int]) -> float:
         start = time.perf_counter()
@@ -79,6 +96,15 @@ class ModelDraft:
             proposal.tokens.append(token)
             if token in self.eos_token_ids:
                 break  # nothing after an EOS can be emitted
+            # Adaptive stop. Exactness is kept because the decision is a function of the draft's own distribution
+            # and its own sample only (never of the target's logits or of the accept/reject coins): the number of
+            # tokens drafted is then like any k chosen before verification, and the rejection rule emits each
+            # position distributed as the target's whatever that number is.
+            if self.min_confidence is not None:
+                confidence = float(torch.softmax(logits.float(), dim=-1)[token]) if sampling.greedy \
+                    else float(probs[token])
+                if confidence < self.min_confidence:
+                    break
             feed = [token]
         # The last drafted token is not fed: if the target keeps every token it is caught up next block.
         if q_rows:

@@ -141,3 +141,40 @@ def test_invalid_config_is_refused_naming_the_key(tiny_study, mutate, message, t
     result = snakemake(root, "--dry-run", "--cores", "1", configfile=write_config(tmp_path / "bad.yaml", bad))
     assert result.returncode != 0
     assert message in result.stdout + result.stderr, (result.stdout + result.stderr)[-3000:]
+
+
+@pytest.fixture(scope="module")
+def fresh_study(tmp_path_factory):
+    """A tiny study that has not run: dry runs show every job."""
+    root = tmp_path_factory.mktemp("fresh-study")
+    return root, build_tiny_study(root)
+
+
+def _job_blocks(dry_run_output: str, rule: str) -> list[str]:
+    blocks = dry_run_output.split("\nrule ")
+    return [b for b in blocks if b.startswith(f"{rule}:")]
+
+
+def test_slurm_profile_dry_run_sets_threads_and_resources(fresh_study):
+    root, _ = fresh_study
+    result = snakemake(root, "--profile", str(REPO / "profiles/slurm"), "--dry-run")
+    assert result.returncode == 0, result.stderr[-3000:]
+    decode_jobs = _job_blocks(result.stdout, "decode")
+    assert len(decode_jobs) == 6
+    assert all("mem_mb=14000" in b and "runtime=120" in b for b in decode_jobs)
+    assert all("mem_mb=16000" in b for b in _job_blocks(result.stdout, "prepare_model"))
+    # a dry run with the slurm executor does not print threads; the local executor shows the profile's set-threads
+    local = snakemake(root, "--profile", str(REPO / "profiles/slurm"), "--executor", "local", "--cores", "8",
+                      "--dry-run")
+    assert local.returncode == 0, local.stderr[-3000:]
+    assert all("threads: 8" in b for b in _job_blocks(local.stdout, "decode"))
+
+
+def test_cuda_device_requests_a_gpu_for_decode_jobs(fresh_study, tmp_path):
+    root, config = fresh_study
+    cuda = copy.deepcopy(config)
+    cuda["runtime"]["device"] = "cuda"
+    result = snakemake(root, "--dry-run", "--cores", "1", configfile=write_config(tmp_path / "cuda.yaml", cuda))
+    assert result.returncode == 0, result.stderr[-3000:]
+    decode_jobs = _job_blocks(result.stdout, "decode")
+    assert decode_jobs and all("gpu=1" in b for b in decode_jobs)

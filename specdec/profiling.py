@@ -1,0 +1,145 @@
+"""Where the time of one batch-1 forward goes: per-component wall times with a fixed-length KV cache.
+
+`profile_model` times the embedding, every decoder layer, the final norm, the LM head and the whole forward of a
+Hugging Face Qwen2-style causal LM (`model.model.embed_tokens`, `model.model.layers[i]`, `model.model.norm`,
+`model.lm_head`) for m new positions on top of a cache of `context_length` tokens, as a verify pass over m = k + 1
+positions (or a one-token step, m = 1) runs them. `memory_bandwidth` measures the machine's read bandwidth. The
+tables feed `specdec.costmodel.fit_cost_model`.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from typing import Sequence
+
+import pandas as pd
+import torch
+from transformers import DynamicCache
+
+PROFILE_COLUMNS = ["model", "component", "layer", "m", "repeat", "seconds", "param_bytes", "n_layers", "hidden_size",
+                   "intermediate_size", "vocab_size", "dtype_bytes", "context_length"]
+
+
+def param_bytes(module: torch.nn.Module) -> int:
+    """Bytes of the module's parameters (what a forward through it has to read)."""
+    return sum(p.numel() * p.element_size() for p in module.parameters())
+
+
+def _components(model) -> list[tuple[str, int | None, torch.nn.Module]]:
+    inner = model.model
+    return ([("embedding", None, inner.embed_tokens)]
+            + [("layer", i, layer) for i, layer in enumerate(inner.layers)]
+            + [("norm", None, inner.norm), ("lm_head", None, model.lm_head)])
+
+
+class _HookTimer:
+    """Forward pre/post hooks that record each component's wall time of the current forward."""
+
+    def __init__(self, components, sync):
+        self.sync, self.seconds, self._start, self._handles = sync, {}, {}, []
+        for name, layer, module in components:
+            key = (name, layer)
+            self._handles.append(module.register_forward_pre_hook(lambda *_, key=key: self._enter(key)))
+            self._handles.append(module.register_forward_hook(lambda *_, key=key: self._leave(key)))
+
+    def _enter(self, key):
+        self.sync()
+        self._start[key] = time.perf_counter()
+
+    def _leave(self, key):
+        self.sync()
+        self.seconds[key] = time.perf_counter() - self._start[key]
+
+    def remove(self):
+        for handle in self._handles:
+            handle.remove()
+
+
+def _sync_for(device: torch.device):
+    # On a GPU kernels run asynchronously: synchronise so that a component's time is its own.
+    return torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+
+
+def _model_shape(model) -> dict:
+    config, weight = model.config, next(model.parameters())
+    return {"n_layers": len(model.model.layers), "hidden_size": config.hidden_size,
+            "intermediate_size": config.intermediate_size, "vocab_size": int(model.lm_head.weight.shape[0]),
+            "dtype_bytes": weight.element_size()}
+
+
+@torch.inference_mode()
+def profile_model(model, context_length: int = 128, positions: Sequence[int] = tuple(range(1, 10)),
+                  repeats: int = 5, warmup: int = 1, name: str | None = None, seed: int = 0) -> pd.DataFrame:
+    """Per-component wall times of batch-1 forwards of m new positions over a KV cache of `context_length` tokens.
+
+    One row per component x m x repeat; components: 'embedding', 'layer' (with its index), 'norm', 'lm_head' and
+    'forward' (the whole call, including what no hook sees: rotary embedding, mask, Python glue). The LM head runs
+    on the m positions only (`logits_to_keep=m`), as in a verify pass. `name` labels the model in the 'model' column.
+    """
+    if context_length < 1 or repeats < 1 or warmup < 0 or not positions or min(positions) < 1:
+        raise ValueError("need context_length >= 1, repeats >= 1, warmup >= 0 and positions >= 1")
+    device = next(model.parameters()).device
+    sync = _sync_for(device)
+    shape = _model_shape(model)
+    components = _components(model)
+    sizes = {(c, layer): param_bytes(module) for c, layer, module in components}
+    sizes[("forward", None)] = param_bytes(model)
+    generator = torch.Generator().manual_seed(seed)
+    tokens = torch.randint(0, shape["vocab_size"], (1, context_length + max(positions)), generator=generator)
+    tokens = tokens.to(device)
+    cache = DynamicCache(config=model.config)
+    model(input_ids=tokens[:, :context_length], cache=cache, use_cache=True, logits_to_keep=1)
+
+    def timed(m: int) -> dict:
+        ids = tokens[:, context_length:context_length + m]
+        timer.seconds = {}
+        sync()
+        start = time.perf_counter()
+        model(input_ids=ids, cache=cache, use_cache=True, logits_to_keep=m)
+        sync()
+        whole = time.perf_counter() - start
+        cache.crop(-m)  # back to context_length, so every measurement sees the same cache
+        return {**timer.seconds, ("forward", None): whole}
+
+    timer = _HookTimer(components, sync)
+    rows = []
+    try:
+        for _ in range(warmup):
+            for m in positions:
+                timed(m)
+        for repeat in range(repeats):
+            # Interleave m and rotate its order per repeat: drifts of a shared machine spread over every m.
+            shift = repeat % len(positions)
+            for m in list(positions[shift:]) + list(positions[:shift]):
+                for (component, layer), seconds in timed(m).items():
+                    rows.append({"component": component, "layer": layer, "m": m, "repeat": repeat,
+                                 "seconds": seconds, "param_bytes": sizes[(component, layer)]})
+    finally:
+        timer.remove()
+    table = pd.DataFrame(rows).assign(**shape, context_length=context_length,
+                                      model=name or _default_name(shape))
+    table["layer"] = table["layer"].astype("Int64")
+    return table[PROFILE_COLUMNS].sort_values(["m", "repeat"], kind="stable").reset_index(drop=True)
+
+
+def _default_name(shape: dict) -> str:
+    return (f"L{shape['n_layers']}-h{shape['hidden_size']}-i{shape['intermediate_size']}"
+            f"-v{shape['vocab_size']}-b{shape['dtype_bytes']}")
+
+
+def memory_bandwidth(bytes_: int = 512 * 2**20, repeats: int = 5, device: str = "cpu") -> float:
+    """Read bandwidth in bytes/s: median time of a torch sum over a float32 tensor of `bytes_` bytes.
+
+    The tensor should be much larger than the last-level cache, or the number is the cache's bandwidth."""
+    x = torch.ones(max(bytes_ // 4, 1), dtype=torch.float32, device=device)
+    sync = _sync_for(x.device)
+    x.sum()  # first touch: page faults and kernel choice are not bandwidth
+    times = []
+    for _ in range(repeats):
+        sync()
+        start = time.perf_counter()
+        x.sum()
+        sync()
+        times.append(time.perf_counter() - start)
+    return x.numel() * 4 / statistics.median(times)
