@@ -1,0 +1,251 @@
+"""The cost model: fits on synthetic profiles with known terms, the verdict, the speedup algebra, the audit of a
+hand-made steps table, and the profiler on a tiny random model."""
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from scipy import stats
+
+from specdec.costmodel import (QWEN25_0_5B, QWEN25_1_5B, TERMS, ModelShape, audited_step_timings, costmodel_table,
+                               depth_vs_parameters_verdict, expected_catchup_rate, expected_tokens_per_pass,
+                               fit_cost_model, predict_draft_cost_ratio, predict_step_time, predicted_speedup,
+                               verify_cost, verify_seconds_by_positions)
+from specdec.profiling import memory_bandwidth, param_bytes, profile_model
+from specdec.testing import tiny_qwen2
+
+POSITIONS = (1, 2, 3, 5, 9)
+WIDTHS = [ModelShape(24, 896, 4864, 151936, 4, 128), ModelShape(28, 1536, 8960, 151936, 4, 256),
+          ModelShape(16, 1152, 6144, 151936, 4, 256), ModelShape(20, 2048, 11008, 151936, 4, 256)]
+# Two machines: per-layer overhead (s), layer seconds per byte, head overhead, head seconds per byte, fixed (m = 1).
+OVERHEAD_BOUND = dict(a=2e-3, b=1 / 1e12, c=1e-4, d=1 / 1e12, fixed=3e-3)
+BANDWIDTH_BOUND = dict(a=2e-5, b=1 / 30e9, c=1e-4, d=1 / 30e9, fixed=1e-3)
+
+
+def true_terms(machine: dict, m: int) -> dict:
+    """Known terms at m positions: bytes terms grow 10% per extra position, overheads 5%, fixed 2%."""
+    return {"fixed": machine["fixed"] * (1 + 0.02 * (m - 1)),
+            "layer_overhead": machine["a"] * (1 + 0.05 * (m - 1)),
+            "layer_seconds_per_byte": machine["b"] * (1 + 0.1 * (m - 1)),
+            "head_overhead": machine["c"] * (1 + 0.05 * (m - 1)),
+            "head_seconds_per_byte": machine["d"] * (1 + 0.1 * (m - 1))}
+
+
+def synthetic_profile(machine: dict, shapes=WIDTHS, repeats: int = 10, noise: float = 0.05, drift: float = 0.02,
+                      seed: int = 0) -> pd.DataFrame:
+    """profile_model-shaped rows from known terms: 5% noise per component and a 2% drift per (model, repeat)
+    common to all its components; the whole forward is the sum of its (noisy) parts."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for index, shape in enumerate(shapes):
+        info = dict(model=f"w{index}", n_layers=shape.n_layers, hidden_size=shape.hidden,
+                    intermediate_size=shape.intermediate, vocab_size=shape.vocab, dtype_bytes=shape.dtype_bytes)
+        for repeat in range(repeats):
+            scale = 1 + drift * rng.standard_normal()
+            for m in POSITIONS:
+                t = true_terms(machine, m)
+
+                def noisy(value, size=None):
+                    return value * scale * (1 + noise * rng.standard_normal(size))
+
+                layers = noisy(t["layer_overhead"] + t["layer_seconds_per_byte"] * shape.layer_bytes, shape.n_layers)
+                head = noisy(t["head_overhead"] + t["head_seconds_per_byte"] * shape.head_bytes)
+                fixed = noisy(t["fixed"])
+                parts = [("embedding", None, 0.2 * fixed, 0), ("norm", None, 0.1 * fixed, 0),
+                         ("lm_head", None, head, shape.head_bytes),
+                         ("forward", None, fixed + layers.sum() + head, shape.step_bytes)]
+                parts += [("layer", i, s, shape.layer_bytes) for i, s in enumerate(layers)]
+                rows += [dict(info, component=c, layer=layer, m=m, repeat=repeat, seconds=float(s), param_bytes=b)
+                         for c, layer, s, b in parts]
+    return pd.DataFrame(rows)
+
+
+@pytest.fixture(scope="module")
+def bandwidth_fit():
+    return fit_cost_model(synthetic_profile(BANDWIDTH_BOUND), n_boot=500)
+
+
+@pytest.fixture(scope="module")
+def overhead_fit():
+    return fit_cost_model(synthetic_profile(OVERHEAD_BOUND, seed=1), n_boot=500)
+
+
+@pytest.mark.parametrize("machine_name", ["bandwidth", "overhead"])
+def test_fit_recovers_known_terms(machine_name, bandwidth_fit, overhead_fit):
+    fit, machine = (bandwidth_fit, BANDWIDTH_BOUND) if machine_name == "bandwidth" else (overhead_fit, OVERHEAD_BOUND)
+    covered = []
+    for m in POSITIONS:
+        truth = true_terms(machine, m)
+        for name in TERMS:
+            term = fit.term(name, m)
+            covered.append(term.lo <= truth[name] <= term.hi)
+            assert term.lo <= term.estimate <= term.hi
+        # The terms that carry a step are recovered closely; the small ones (head overhead, fixed) are checked
+        # through their intervals only.
+        dominant = ["layer_seconds_per_byte", "head_seconds_per_byte"] if machine_name == "bandwidth" \
+            else ["layer_overhead"]
+        for name in dominant:
+            assert fit.term(name, m).estimate == pytest.approx(truth[name], rel=0.05), (name, m)
+    # 95% intervals: allow the odd miss among 25 (m, term) pairs, not a systematic one.
+    assert np.mean(covered) >= 0.85, np.mean(covered)
+
+
+def test_fit_point_estimate_is_least_squares(bandwidth_fit):
+    profile = synthetic_profile(BANDWIDTH_BOUND)
+    layers = profile[(profile.component == "layer") & (profile.m == 1)]
+    points = layers.groupby(["model", "repeat"]).agg(x=("param_bytes", "first"), y=("seconds", "median"))
+    line = stats.linregress(points["x"], points["y"])
+    assert bandwidth_fit.term("layer_overhead").estimate == pytest.approx(line.intercept, rel=1e-9)
+    assert bandwidth_fit.term("layer_seconds_per_byte").estimate == pytest.approx(line.slope, rel=1e-9)
+    assert bandwidth_fit.bandwidth_eff(1) == pytest.approx(30e9, rel=0.05)
+
+
+def true_step(machine: dict, shape: ModelShape, m: int) -> float:
+    t = true_terms(machine, m)
+    return (t["fixed"] + shape.n_layers * (t["layer_overhead"] + t["layer_seconds_per_byte"] * shape.layer_bytes)
+            + t["head_overhead"] + t["head_seconds_per_byte"] * shape.head_bytes)
+
+
+def test_predictions_and_measured_verify_cost(bandwidth_fit):
+    s = QWEN25_1_5B
+    predicted = predict_step_time(bandwidth_fit, s.n_layers, s.hidden, s.intermediate, s.vocab, 4, m=5, kv_dim=256)
+    assert predicted == pytest.approx(true_step(BANDWIDTH_BOUND, s, 5), rel=0.03)
+    # Measured T(5)/T(1) of the largest profiled model (w3) against the synthetic truth.
+    truth = true_step(BANDWIDTH_BOUND, WIDTHS[3], 5) / true_step(BANDWIDTH_BOUND, WIDTHS[3], 1)
+    ratio = verify_cost(bandwidth_fit, 5)
+    assert ratio.lo <= truth <= ratio.hi
+    assert ratio.estimate == pytest.approx(truth, rel=0.03)
+    with pytest.raises(KeyError):
+        predict_step_time(bandwidth_fit, 28, 1536, 8960, 151936, 4, m=4)
+
+
+def test_fit_needs_two_widths():
+    one = synthetic_profile(BANDWIDTH_BOUND, shapes=WIDTHS[:1], repeats=3)
+    with pytest.raises(ValueError, match="two different widths"):
+        fit_cost_model(one, n_boot=10)
+
+
+def test_verdict_flips_between_machines(bandwidth_fit, overhead_fit):
+    drafts = {"qwen2.5-0.5b": QWEN25_0_5B, "shallow": ModelShape(4, 1536, 8960, 151936, 4, 256)}
+    depth = depth_vs_parameters_verdict(overhead_fit, QWEN25_1_5B, drafts)
+    params = depth_vs_parameters_verdict(bandwidth_fit, QWEN25_1_5B, drafts)
+    assert depth.regime == "depth" and params.regime == "parameters"
+    assert overhead_fit.dominant == "per-layer overhead" and bandwidth_fit.dominant == "bytes"
+    qwen_depth, qwen_params = depth.table.set_index("model"), params.table.set_index("model")
+    assert qwen_depth.loc["target", "depth_share"] > 0.8 and qwen_params.loc["target", "bytes_share"] > 0.8
+    # The seed's pair: c near the depth ratio (24/28) on one machine, near the parameter ratio on the other.
+    assert qwen_depth.loc["qwen2.5-0.5b", "c_closer_to"] == "depth"
+    assert qwen_params.loc["qwen2.5-0.5b", "c_closer_to"] == "parameters"
+    c = predict_draft_cost_ratio(bandwidth_fit, QWEN25_0_5B, QWEN25_1_5B)
+    assert qwen_params.loc["qwen2.5-0.5b", "c"] == pytest.approx(c)
+    assert qwen_params.loc["qwen2.5-0.5b", "c_lo"] <= c <= qwen_params.loc["qwen2.5-0.5b", "c_hi"]
+    assert c == pytest.approx(QWEN25_0_5B.step_bytes / QWEN25_1_5B.step_bytes, rel=0.1)
+    assert "verdict: the depth ratio" in depth.text and "verdict: the parameter ratio" in params.text
+
+
+def test_expected_tokens_per_pass():
+    assert expected_tokens_per_pass(0.0, 4) == 1.0
+    assert expected_tokens_per_pass(1.0, 4) == 5.0
+    assert expected_tokens_per_pass(0.5, 2) == pytest.approx(1 + 0.5 + 0.25)
+    assert expected_tokens_per_pass(1 - 1e-12, 3) == pytest.approx(4.0)
+    assert expected_catchup_rate(0.5, 3) == 0.125
+    with pytest.raises(ValueError):
+        expected_tokens_per_pass(1.5, 2)
+
+
+def test_predicted_speedup_by_hand():
+    # 3 tokens per pass; block = 4 draft steps of 0.02 + verify 0.3 + 25% x (0.05 - 0.02) extra catch-up cost.
+    block = 4 * 0.02 + 0.3 + 0.25 * 0.03
+    assert predicted_speedup(3.0, 0.25, 0.02, 0.3, 0.05, 0.25, k=4) == pytest.approx(3.0 * 0.25 / block)
+    # No catch-ups: an undefined catch-up time does not matter.
+    assert predicted_speedup(2.0, 0.1, 0.01, 0.12, float("nan"), 0.0, k=2) == pytest.approx(0.2 / 0.14)
+
+
+def hand_steps() -> tuple[pd.DataFrame, pd.DataFrame]:
+    """One job (k = 3), two prompts with the same passes. Speculative blocks, in order:
+    full accept (3 one-token calls, 0.03 s each); catch-up (2 tokens, 0.05 s) + 2 calls of 0.04 s; full accept
+    (3 x 0.05 s); catch-up (2 tokens, 0.07 s) with drafted = 1, so no one-token call."""
+    job = dict(setting="greedy", draft="d", domain="code", k=3, seed=0, temperature=0.0, repeat=0)
+    cols = ["method", "kind", "drafted", "accepted", "emitted", "positions", "draft_seconds", "catchup_seconds",
+            "catchup_tokens", "verify_seconds"]
+    spec = [("speculative", "prefill", 0, 0, 1, 1, 0.5, 0.0, 0, 1.2),
+            ("speculative", "block", 3, 3, 4, 4, 0.09, 0.0, 0, 0.20),
+            ("speculative", "block", 3, 1, 2, 4, 0.08, 0.05, 2, 0.22),
+            ("speculative", "block", 3, 3, 4, 4, 0.15, 0.0, 0, 0.24),
+            ("speculative", "block", 1, 0, 1, 2, 0.0, 0.07, 2, 0.15)]
+    base = [("baseline", "prefill", 0, 0, 1, 1, 0.0, 0.0, 0, 1.0)]
+    base += [("baseline", "target", 0, 0, 1, 1, 0.0, 0.0, 0, t) for t in [0.11] * 5 + [0.10] * 3 + [0.12] * 3]
+    steps = pd.concat([pd.DataFrame(spec + base, columns=cols).assign(prompt_id=p, **job) for p in ("p0", "p1")])
+    totals = {"p0": (2.4, 2.0), "p1": (2.6, 2.5)}
+    sequences = pd.DataFrame(
+        [dict(job, prompt_id=p, method="baseline", n_tokens=12, target_passes=12, drafted=0, accepted=0,
+              total_seconds=b) for p, (b, _) in totals.items()]
+        + [dict(job, prompt_id=p, method="speculative", n_tokens=12, target_passes=5, drafted=10, accepted=7,
+                total_seconds=s) for p, (_, s) in totals.items()])
+    return steps, sequences
+
+
+def test_audited_step_timings_by_hand():
+    steps, _ = hand_steps()
+    row = audited_step_timings(steps).iloc[0]
+    assert (row["draft"], row["domain"], row["k"], row["n_blocks"]) == ("d", "code", 3, 8)
+    assert row["draft_step_seconds"] == pytest.approx(0.04)  # median of 0.03, 0.04, 0.05 (per call)
+    assert row["catchup_call_seconds"] == pytest.approx(0.06)
+    assert row["catchup_tokens_mean"] == 2 and row["catchup_rate"] == 0.5
+    assert row["verify_seconds"] == pytest.approx(0.22)  # positions = k + 1 only
+    assert row["target_step_seconds"] == pytest.approx(0.11)
+    assert row["c"] == pytest.approx(0.04 / 0.11) and row["verify_cost_ratio"] == pytest.approx(2.0)
+    assert row["decode_tokens_per_pass"] == pytest.approx(11 / 4)
+    assert row["prefill_target_seconds"] == pytest.approx(1.1) and row["prefill_draft_seconds"] == 0.5
+    by_positions = verify_seconds_by_positions(steps).set_index("positions")
+    assert by_positions.loc[2, "verify_seconds"] == pytest.approx(0.15) and by_positions.loc[4, "n"] == 6
+
+
+def test_costmodel_table_by_hand():
+    steps, sequences = hand_steps()
+    row = costmodel_table(steps, sequences).iloc[0]
+    assert row["acceptance"] == pytest.approx(0.7) and row["tokens_per_pass"] == pytest.approx(12 / 5)
+    block = 3 * 0.04 + 0.22 + 0.5 * (0.06 - 0.04)
+    assert row["predicted_speedup"] == pytest.approx(2.75 * 0.11 / block)
+    assert row["measured_speedup"] == pytest.approx((2.4 / 2.0 + 2.6 / 2.5) / 2)
+    assert row["rel_error"] == pytest.approx(row["predicted_speedup"] / row["measured_speedup"] - 1)
+    with_prefill = (1.1 + 11 * 0.11) / (1.1 + 0.5 + 11 / 2.75 * block)
+    assert row["predicted_speedup_with_prefill"] == pytest.approx(with_prefill)
+
+
+@pytest.fixture(scope="module")
+def tiny_profiles():
+    torch.set_num_threads(1)
+    models = {"narrow": tiny_qwen2(dtype=torch.float32), "wide": tiny_qwen2(hidden_size=64, dtype=torch.float32)}
+    tables = {name: profile_model(model, context_length=16, positions=(1, 2, 3), repeats=3, name=name)
+              for name, model in models.items()}
+    return models, tables
+
+
+def test_profile_model_on_tiny_model(tiny_profiles):
+    models, tables = tiny_profiles
+    model, table = models["narrow"], tables["narrow"]
+    n_layers = len(model.model.layers)
+    assert len(table) == (n_layers + 4) * 3 * 3
+    counts = table.groupby(["component", "m"]).size()
+    assert (counts.loc["layer"] == n_layers * 3).all() and (counts.drop("layer") == 3).all()
+    assert (table["seconds"] > 0).all()
+    layers = table[table.component == "layer"]
+    for index, layer in enumerate(model.model.layers):
+        assert (layers[layers.layer == index]["param_bytes"] == param_bytes(layer)).all()
+    assert (layers["param_bytes"] == ModelShape.from_config(model.config).layer_bytes).all()
+    head = table[table.component == "lm_head"]
+    assert (head["param_bytes"] == ModelShape.from_config(model.config).head_bytes).all()
+    # The parts of a forward fit inside it.
+    sums = table[table.component != "forward"].groupby(["m", "repeat"])["seconds"].sum()
+    assert (sums <= table[table.component == "forward"].set_index(["m", "repeat"])["seconds"]).all()
+    # m interleaved: the first repeat runs every m before the second repeat starts.
+    forwards = table[table.component == "forward"]
+    assert set(forwards["m"]) == {1, 2, 3} and set(forwards["repeat"]) == {0, 1, 2}
+    # Two widths are enough for a fit.
+    fit = fit_cost_model(pd.concat(tables.values()), n_boot=50)
+    assert np.isfinite(fit.terms["estimate"]).all() and set(fit.verify["model"]) == {"narrow", "wide"}
+
+
+def test_memory_bandwidth_is_positive():
+    assert memory_bandwidth(4 * 2**20, repeats=2) > 0
