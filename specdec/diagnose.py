@@ -13,7 +13,6 @@ from typing import Sequence
 import torch
 
 from .decode import generate_baseline, generate_speculative
-from .drafts import ModelDraft
 from .lm import CachedLM
 
 
@@ -49,7 +48,7 @@ def diagnose_divergence(target, draft, input_ids: torch.Tensor, k: int, max_new_
     position = first_difference(baseline_tokens, speculative_tokens)
     one_token, verify = RecordingLM(target), RecordingLM(target)
     replay_base = generate_baseline(one_token, input_ids, max_new_tokens)
-    replay_spec = generate_speculative(verify, ModelDraft(draft), input_ids, k, max_new_tokens)
+    replay_spec = generate_speculative(verify, draft, input_ids, k, max_new_tokens)
     reproducible = replay_base.tokens == list(baseline_tokens) and replay_spec.tokens == list(speculative_tokens)
     index = n_prompt + position
     if position >= min(len(baseline_tokens), len(speculative_tokens)):

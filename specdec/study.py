@@ -16,8 +16,15 @@ import torch
 
 from .decode import DecodeResult, generate_baseline, generate_speculative
 from .diagnose import diagnose_divergence
+from .draft_kinds import EarlyExitDraft, PromptLookupDraft
+from .drafts import ModelDraft
 from .kernels import use_weight_major_linear
-from .models import load_model
+from .lm import eos_ids_of, vocab_size_of
+from .models import check_same_vocabulary, load_model
+
+# Draft kinds a study can name. 'model' and 'truncated' load a prepared model directory (the models stage derives
+# truncated ones); the others are built from the target itself.
+DRAFT_KINDS = ("model", "truncated", "prompt_lookup", "early_exit")
 
 
 @dataclass(frozen=True)
@@ -52,6 +59,24 @@ def load_for_decoding(model_dir, runtime: Runtime):
     if runtime.linear_kernel == "weight_major" and runtime.device == "cpu":
         use_weight_major_linear(model)
     return model, tokenizer
+
+
+def make_draft(name: str, spec: dict, target, target_tokenizer, draft_dir, runtime: Runtime):
+    """The draft proposer a study's draft spec asks for; a model draft's tokenizer must equal the target's."""
+    kind = spec.get("kind", "model")
+    min_confidence = spec.get("min_confidence")
+    if kind in ("model", "truncated"):
+        if not draft_dir:
+            raise ValueError(f"draft {name!r} of kind {kind!r} needs a prepared model directory")
+        model, tokenizer = load_for_decoding(draft_dir, runtime)
+        check_same_vocabulary(target_tokenizer, tokenizer, "target", name)
+        return ModelDraft(model, min_confidence=min_confidence)
+    if kind == "prompt_lookup":
+        return PromptLookupDraft(vocab_size_of(target), spec.get("ngram_max", 3), spec.get("ngram_min", 1),
+                                 eos_token_ids=sorted(eos_ids_of(target)))
+    if kind == "early_exit":
+        return EarlyExitDraft(target, int(spec["layers"]), min_confidence=min_confidence)
+    raise ValueError(f"draft {name!r}: unknown kind {kind!r} (known: {', '.join(DRAFT_KINDS)})")
 
 
 def _run(method: str, target, draft, input_ids, job: DecodeJob, seed: int) -> DecodeResult:

@@ -3,14 +3,18 @@ refused with the offending key named."""
 
 import copy
 import os
+import re
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pandas as pd
 import pytest
 import yaml
 
+from specdec.config import ConfigError, validate_config
 from specdec.testing import build_tiny_study
 
 REPO = Path(__file__).resolve().parents[1]
@@ -42,12 +46,29 @@ def write_config(path: Path, config: dict) -> Path:
     return path
 
 
+ALL_DRAFT_KINDS = {
+    "lookup": {"kind": "prompt_lookup", "ngram_max": 3},
+    "early1": {"kind": "early_exit", "layers": 1},
+    "trunc1": {"kind": "truncated", "model": "tiny-draft0", "layers": 1},
+    "adaptive": {"kind": "model", "model": "tiny-draft0", "min_confidence": 0.5},
+}
+
+
+def tiny_config(root: Path) -> dict:
+    """One domain, k = 2, greedy and one sampled seed, a model draft plus one draft of every other kind."""
+    config = build_tiny_study(root, k=[2], drafts=2)
+    config["domains"] = {"code": config["domains"]["code"]}
+    config["decoding"]["sampled"]["k"] = [2]
+    config["draft_kinds"] = ALL_DRAFT_KINDS
+    config["drafts"] = ["tiny-draft0", *ALL_DRAFT_KINDS]  # tiny-draft1 is added by a test below
+    write_config(root / "config.yaml", config)
+    return config
+
+
 @pytest.fixture(scope="module")
 def tiny_study(tmp_path_factory):
     root = tmp_path_factory.mktemp("tiny-study")
-    config = build_tiny_study(root, drafts=2)
-    config["drafts"] = ["tiny-draft0"]  # the second draft is added by a test below
-    write_config(root / "config.yaml", config)
+    config = tiny_config(root)
     result = snakemake(root, "--cores", "1")
     assert result.returncode == 0, result.stderr[-4000:]
     return root, config
@@ -58,15 +79,14 @@ def test_whole_dag_produces_the_tables_plots_and_provenance(tiny_study):
     identity = pd.read_csv(root / "results/tables/greedy_identity.csv")
     assert list(identity.columns) == ["draft", "domain", "k", "n_sequences", "n_identical", "n_near_tie",
                                       "n_divergent"]
-    assert len(identity) == len(config["domains"]) * len(config["decoding"]["k"])
+    assert set(identity["draft"]) == set(config["drafts"]) and len(identity) == len(config["drafts"])
     assert (identity["n_identical"] == identity["n_sequences"]).all()
-    # 2 prompts x 2 repeats per (domain, k)
-    assert (identity["n_sequences"] == 2 * config["decoding"]["repeats"]).all()
+    assert (identity["n_sequences"] == 2 * config["decoding"]["repeats"]).all()  # 2 prompts x 2 repeats
 
     study = pd.read_csv(root / "results/tables/study.csv")
     assert list(study.columns) == ["draft", "domain", "k", "temperature", "acceptance", "tokens_per_pass",
                                    "speedup_median", "speedup_lo", "speedup_hi", "n_prompts", "n_repeats"]
-    assert set(study["temperature"]) == {0.0, 0.8}
+    assert len(study) == 2 * len(config["drafts"]) and set(study["temperature"]) == {0.0, 0.8}
     assert ((study["acceptance"] >= 0) & (study["acceptance"] <= 1)).all()
     assert (study["tokens_per_pass"] >= 1).all()
     assert (study["speedup_lo"] <= study["speedup_median"]).all()
@@ -77,13 +97,16 @@ def test_whole_dag_produces_the_tables_plots_and_provenance(tiny_study):
         assert (root / "results/plots" / plot).read_bytes()[:4] == b"\x89PNG"
     provenance = yaml.safe_load((root / "results/provenance.yaml").read_text())
     assert {"date", "machine", "packages", "models", "wall_time", "config"} <= set(provenance)
-    assert provenance["wall_time"]["decode_jobs"] == 6
+    assert provenance["wall_time"]["decode_jobs"] == 2 * len(config["drafts"])
+    assert set(provenance["models"]) == {"tiny-target", "tiny-draft0", "trunc1"}
 
-    steps = pd.read_parquet(next(root.glob("results/runs/greedy/*/code/k3/seed0/steps.parquet")))
+    steps = pd.read_parquet(root / "results/runs/greedy/tiny-draft0/code/k2/seed0/steps.parquet")
     for column in ["drafted", "accepted", "emitted", "draft_seconds", "verify_seconds", "catchup_seconds"]:
         assert column in steps.columns
     prompts = pd.read_parquet(root / "results/prompts/code.parquet")
     assert set(prompts["source"]) == {"humaneval", "mtbench"} and len(prompts) == 2
+    assert (root / "resources/models/trunc1/manifest.json").exists()
+    assert not (root / "resources/models/lookup").exists()  # prompt lookup and early exit load no model of their own
 
 
 def test_complete_run_has_nothing_to_do(tiny_study):
@@ -96,19 +119,19 @@ def test_complete_run_has_nothing_to_do(tiny_study):
 def test_adding_a_k_schedules_only_its_jobs(tiny_study):
     root, config = tiny_study
     more = copy.deepcopy(config)
-    more["decoding"]["k"] = config["decoding"]["k"] + [2]
+    more["decoding"]["k"] = config["decoding"]["k"] + [3]
     result = snakemake(root, "--dry-run", "--cores", "1", configfile=write_config(root / "more_k.yaml", more))
     assert result.returncode == 0, result.stderr[-3000:]
     counts = job_counts(result.stdout)
-    assert counts["decode"] == len(config["domains"])  # one greedy job per domain for k=2
+    assert counts["decode"] == len(config["drafts"])  # one greedy job per draft for the new k
     assert "prepare_model" not in counts and "make_prompts" not in counts
-    assert "k2/seed0" in result.stdout and "k1/seed0/steps" not in result.stdout
+    assert all("k=3" in b for b in _job_blocks(result.stdout, "decode"))
 
 
 def test_adding_a_draft_schedules_only_its_jobs(tiny_study):
     root, config = tiny_study
     more = copy.deepcopy(config)
-    more["drafts"] = ["tiny-draft0", "tiny-draft1"]
+    more["drafts"] = config["drafts"] + ["tiny-draft1"]
     result = snakemake(root, "--dry-run", "--cores", "1", configfile=write_config(root / "more_drafts.yaml", more))
     assert result.returncode == 0, result.stderr[-3000:]
     counts = job_counts(result.stdout)
@@ -116,25 +139,42 @@ def test_adding_a_draft_schedules_only_its_jobs(tiny_study):
     assert counts["prepare_model"] == 1
     assert counts["decode"] == len(config["domains"]) * (len(config["decoding"]["k"]) + n_sampled)
     assert "make_prompts" not in counts
-    assert "tiny-draft0/" not in result.stdout.split("Job stats:")[1].split("reason:")[0]
+    assert all("draft=tiny-draft1" in b for b in _job_blocks(result.stdout, "decode"))
 
 
 @pytest.mark.parametrize(
     "mutate, message",
     [
-        (lambda c: c["decoding"].update(kk=[1]), "kk"),
+        (lambda c: c["decoding"].update(kk=[1]), "'kk' was unexpected"),
         (lambda c: c["decoding"].update(k=[0]), "minimum"),
         (lambda c: c["decoding"].update(k="4"), "'4' is not of type 'array'"),
         (lambda c: c["decoding"]["sampled"].update(temperature=-0.5), "temperature"),
         (lambda c: c["decoding"]["sampled"].update(top_p=1.5), "top_p"),
         (lambda c: c.update(drafts=["no-such-model"]), "no-such-model"),
+        (lambda c: c.update(draft_kinds={"x": {"kind": "truncated", "model": "tiny-target"}}), "layers"),
+        (lambda c: c.update(draft_kinds={"x": {"kind": "medusa"}}), "medusa"),
         (lambda c: c["domains"]["code"]["sources"].append({"set": "nope"}), "nope"),
         (lambda c: c["models"]["tiny-target"].update(source="ftp"), "ftp"),
+        (lambda c: c["prompts"].update(per_domain=0), "config key 'prompts.per_domain'"),
+        (lambda c: c.update(drafts=["tiny-target"]), "is the target itself"),
     ],
     ids=["misspelled key", "k < 1", "wrong type", "temperature < 0", "top-p > 1", "unknown draft",
-         "unknown prompt set", "unknown source"],
+         "truncated draft without layers", "unknown draft kind", "unknown prompt set", "unknown source",
+         "no prompts", "target as draft"],
 )
-def test_invalid_config_is_refused_naming_the_key(tiny_study, mutate, message, tmp_path):
+def test_invalid_config_is_refused_naming_the_key(tmp_path, mutate, message):
+    config = build_tiny_study(tmp_path)
+    validate_config(copy.deepcopy(config))  # the untouched config is valid
+    mutate(config)
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        validate_config(config)
+
+
+@pytest.mark.parametrize("mutate, message", [
+    (lambda c: c["decoding"].update(kk=[1]), "'kk' was unexpected"),
+    (lambda c: c.update(drafts=["no-such-model"]), "config key 'drafts': 'no-such-model'"),
+], ids=["misspelled key", "unknown draft"])
+def test_snakemake_stops_on_an_invalid_config_before_any_job(tiny_study, tmp_path, mutate, message):
     root, config = tiny_study
     bad = copy.deepcopy(config)
     mutate(bad)
@@ -178,3 +218,86 @@ def test_cuda_device_requests_a_gpu_for_decode_jobs(fresh_study, tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     decode_jobs = _job_blocks(result.stdout, "decode")
     assert decode_jobs and all("gpu=1" in b for b in decode_jobs)
+
+
+
+def test_adding_a_draft_kind_schedules_exactly_its_jobs(tiny_study, tmp_path):
+    root, config = tiny_study
+    more = copy.deepcopy(config)
+    more["draft_kinds"] = dict(ALL_DRAFT_KINDS, trunc2={"kind": "truncated", "model": "tiny-draft0", "layers": 2})
+    more["drafts"] = config["drafts"] + ["trunc2"]
+    result = snakemake(root, "--dry-run", "--cores", "1", configfile=write_config(tmp_path / "trunc.yaml", more))
+    assert result.returncode == 0, result.stderr[-3000:]
+    counts = job_counts(result.stdout)
+    n_sampled = len(config["decoding"]["sampled"]["k"]) * len(config["decoding"]["sampled"]["seeds"])
+    assert counts["derive_truncated_draft"] == 1 and "prepare_model" not in counts
+    assert counts["decode"] == len(config["domains"]) * (len(config["decoding"]["k"]) + n_sampled)
+    decode_blocks = _job_blocks(result.stdout, "decode")
+    assert all("draft=trunc2" in b for b in decode_blocks)
+
+
+# --- interruption: kill the workflow in the middle of its decoding jobs, rerun, lose nothing ----------------------
+DETERMINISTIC = ["draft", "domain", "k", "temperature", "acceptance", "tokens_per_pass", "n_prompts", "n_repeats"]
+
+
+def _start(root: Path) -> subprocess.Popen:
+    cmd = [sys.executable, "-m", "snakemake", "--snakefile", str(REPO / "Snakefile"), "--directory", str(root),
+           "--configfile", str(root / "config.yaml"), "--cores", "1", "--rerun-incomplete"]
+    log = open(root / f"interrupted-run-{time.time():.0f}.log", "w")
+    return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                            env=dict(os.environ, OMP_NUM_THREADS="1"))
+
+
+def _interrupt_after_next_decode_job(root: Path, sig: signal.Signals) -> None:
+    """Start the workflow; once one more decode job has written its outputs, send `sig` to the whole process group
+    (Snakemake and the job it runs), as Ctrl-C in a terminal or a killed node would."""
+    before = len(list(root.glob("results/runs/**/sequences.parquet")))
+    proc = _start(root)
+    deadline = time.time() + 600
+    while time.time() < deadline:
+        if len(list(root.glob("results/runs/**/sequences.parquet"))) > before:
+            time.sleep(2)
+            os.killpg(proc.pid, sig)
+            proc.wait(timeout=120)
+            return
+        if proc.poll() is not None:
+            logs = sorted(root.glob("interrupted-run-*.log"))
+            pytest.fail(f"the workflow ended before it could be interrupted: {logs[-1].read_text()[-3000:]}")
+        time.sleep(0.5)
+    os.killpg(proc.pid, signal.SIGKILL)
+    pytest.fail("no decode job finished within 10 minutes")
+
+
+def _finished_outputs(root: Path) -> dict[Path, float]:
+    """The parquet files of jobs Snakemake counts as finished (a rerun would not schedule them), with their mtimes;
+    every parquet file present must read back whole."""
+    files = list(root.glob("results/**/*.parquet"))
+    for path in files:
+        pd.read_parquet(path)  # raises on a truncated or half-written file
+    assert snakemake(root, "--unlock", "--cores", "1").returncode == 0  # a killed Snakemake leaves its lock
+    dry = snakemake(root, "--dry-run", "--cores", "1", "--rerun-incomplete")
+    assert dry.returncode == 0, dry.stderr[-3000:]
+    scheduled = {out.strip() for line in dry.stdout.splitlines() if line.strip().startswith("output:")
+                 for out in line.split(":", 1)[1].split(",")}
+    return {p: p.stat().st_mtime for p in files if str(p.relative_to(root)) not in scheduled}
+
+
+def test_interrupted_runs_resume_without_loss(tiny_study, tmp_path):
+    reference = pd.read_csv(tiny_study[0] / "results/tables/study.csv")[DETERMINISTIC]
+    tiny_config(tmp_path)
+    _interrupt_after_next_decode_job(tmp_path, signal.SIGINT)
+    after_sigint = _finished_outputs(tmp_path)
+    _interrupt_after_next_decode_job(tmp_path, signal.SIGKILL)
+    after_sigkill = _finished_outputs(tmp_path)
+    assert any("results/runs" in str(p) for p in after_sigint)
+    assert {p: after_sigkill.get(p) for p in after_sigint} == after_sigint, "finished jobs were redone"
+    assert len(after_sigkill) > len(after_sigint)
+    assert not (tmp_path / "results/tables/study.csv").exists()
+
+    # README: after an interruption rerun with --rerun-incomplete (after a hard kill, --unlock first).
+    result = snakemake(tmp_path, "--cores", "1", "--rerun-incomplete")
+    assert result.returncode == 0, result.stderr[-3000:]
+    final = _finished_outputs(tmp_path)
+    assert {p: final.get(p) for p in after_sigkill} == after_sigkill, "finished jobs were redone"
+    resumed = pd.read_csv(tmp_path / "results/tables/study.csv")[DETERMINISTIC]
+    pd.testing.assert_frame_equal(resumed, reference)

@@ -1,28 +1,9 @@
-# Helpers shared by the rules: semantic config checks the schema cannot express, and the study's job list.
+# Helpers shared by the rules: the config's cross-reference checks, the study's job list, input functions.
 import itertools
 import re
 
+from specdec.config import check_config_semantics
 from specdec.prompts import domain_source_sets, source_file_name
-
-
-def check_config_semantics(config):
-    """Cross-references the JSON schema cannot check; each message names the offending key."""
-    models = config["models"]
-    for role, names in [("target", [config["target"]]), ("drafts", config["drafts"])]:
-        for name in names:
-            if name not in models:
-                raise ValueError(f"config key '{role}': model {name!r} is not defined under 'models' "
-                                 f"(defined: {sorted(models)})")
-    if config["target"] in config["drafts"]:
-        raise ValueError(f"config key 'drafts': {config['target']!r} is the target itself")
-    for domain, spec in config["domains"].items():
-        for entry in spec["sources"]:
-            if entry["set"] not in config["prompt_sources"]:
-                raise ValueError(f"config key 'domains.{domain}.sources': prompt set {entry['set']!r} is not "
-                                 f"defined under 'prompt_sources' (defined: {sorted(config['prompt_sources'])})")
-    sampled = config["decoding"].get("sampled")
-    if sampled and not config["decoding"].get("greedy", True) and not sampled.get("seeds"):
-        raise ValueError("config key 'decoding': neither a greedy nor a sampled setting is enabled")
 
 
 check_config_semantics(config)
@@ -30,9 +11,14 @@ check_config_semantics(config)
 DECODING = config["decoding"]
 RUNTIME = config.get("runtime", {})
 
+# Truncated drafts get their model directory from their own rule (derive_truncated_draft).
+TRUNCATED_DRAFTS = [n for n, s in config.get("draft_kinds", {}).items() if s["kind"] == "truncated"]
+TRUNCATED_DRAFTS_PATTERN = "|".join(map(re.escape, TRUNCATED_DRAFTS)) or "no-truncated-draft"
+
 wildcard_constraints:
     model="|".join(map(re.escape, config["models"])),
     draft="|".join(map(re.escape, config["drafts"])),
+    derived=TRUNCATED_DRAFTS_PATTERN,
     domain="|".join(map(re.escape, config["domains"])),
     setting="greedy|sampled",
     k=r"\d+",
@@ -41,6 +27,33 @@ wildcard_constraints:
 
 def model_dir(name):
     return f"resources/models/{name}"
+
+
+def draft_spec(name):
+    """A draft named in `drafts`: a model of `models` (kind 'model') or an entry of `draft_kinds`."""
+    if name in config["models"]:
+        return {"kind": "model", "model": name}
+    return dict(config["draft_kinds"][name])
+
+
+def study_model_dirs():
+    """The model directories the study decodes with: the target and every draft that loads a model."""
+    dirs = [model_dir(config["target"])]
+    for name in config["drafts"]:
+        spec = draft_spec(name)
+        if spec["kind"] in ("model", "truncated"):
+            dirs.append(model_dir(spec["model"] if spec["kind"] == "model" else name))
+    return list(dict.fromkeys(dirs))
+
+
+def draft_model_input(wildcards):
+    """The prepared model directory a draft loads, if it loads one."""
+    spec = draft_spec(wildcards.draft)
+    if spec["kind"] == "model":
+        return {"draft": model_dir(spec["model"])}
+    if spec["kind"] == "truncated":
+        return {"draft": model_dir(wildcards.draft)}
+    return {}
 
 
 def decode_jobs(setting=None):

@@ -4,13 +4,14 @@
 
 rule decode:
     input:
+        unpack(draft_model_input),
         target=model_dir(config["target"]),
-        draft=lambda wc: model_dir(wc.draft),
         prompts="results/prompts/{domain}.parquet",
     output:
         steps="results/runs/{setting}/{draft}/{domain}/k{k}/seed{seed}/steps.parquet",
         sequences="results/runs/{setting}/{draft}/{domain}/k{k}/seed{seed}/sequences.parquet",
     params:
+        draft_spec=lambda wc: draft_spec(wc.draft),
         sampling=sampling_params,
         max_new_tokens=DECODING["max_new_tokens"],
         repeats=DECODING.get("repeats", 1),

@@ -18,3 +18,18 @@ rule prepare_model:
         mem_mb=16000,  # converting the 1.5B GGUF peaks near 2x its fp32 size
     script:
         "../scripts/prepare_model.py"
+
+
+rule derive_truncated_draft:
+    input:
+        lambda wc: model_dir(config["draft_kinds"][wc.derived]["model"]),
+    output:
+        directory("resources/models/{derived}"),
+    params:
+        layers=lambda wc: config["draft_kinds"][wc.derived]["layers"],
+    conda:
+        SPECDEC_ENV
+    log:
+        "logs/models/{derived}.log",
+    script:
+        "../scripts/derive_truncated_draft.py"

@@ -33,7 +33,7 @@ rule plots:
 rule provenance:
     input:
         tables=["results/tables/study.csv", "results/tables/greedy_identity.csv"],
-        models=[model_dir(m) for m in [config["target"], *config["drafts"]]],
+        models=study_model_dirs(),
         benchmarks=[f"benchmarks/decode/{s}/{d}/{dom}/k{k}/seed{seed}.tsv" for s, d, dom, k, seed in decode_jobs()],
     output:
         "results/provenance.yaml",

@@ -1,0 +1,58 @@
+"""Checks of a study configuration: the JSON schema (types, ranges, unknown keys) and the cross-references it cannot
+express. Every message names the offending key. The Snakefile runs the same checks at start."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import jsonschema
+import yaml
+
+SCHEMA = Path(__file__).resolve().parents[1] / "workflow" / "schemas" / "config.schema.yaml"
+
+
+class ConfigError(ValueError):
+    pass
+
+
+def check_schema(config: dict, schema_path: Path = SCHEMA) -> None:
+    schema = yaml.safe_load(Path(schema_path).read_text())
+    validator = jsonschema.Draft202012Validator(schema)
+    errors = sorted(validator.iter_errors(config), key=lambda e: list(e.absolute_path))
+    if errors:
+        first = errors[0]
+        key = ".".join(str(p) for p in first.absolute_path) or "(top level)"
+        raise ConfigError(f"config key '{key}': {first.message}")
+
+
+def check_config_semantics(config: dict) -> None:
+    """Cross-references the JSON schema cannot check."""
+    models = config["models"]
+    kinds = config.get("draft_kinds") or {}
+    if config["target"] not in models:
+        raise ConfigError(f"config key 'target': model {config['target']!r} is not defined under 'models' "
+                          f"(defined: {sorted(models)})")
+    if config["target"] in config["drafts"]:
+        raise ConfigError(f"config key 'drafts': {config['target']!r} is the target itself")
+    for name in config["drafts"]:
+        if name not in models and name not in kinds:
+            raise ConfigError(f"config key 'drafts': {name!r} is defined neither under 'models' "
+                              f"(defined: {sorted(models)}) nor under 'draft_kinds' (defined: {sorted(kinds)})")
+    for name, spec in kinds.items():
+        if name in models:
+            raise ConfigError(f"config key 'draft_kinds.{name}': the name is already a model under 'models'")
+        if spec["kind"] in ("model", "truncated") and spec["model"] not in models:
+            raise ConfigError(f"config key 'draft_kinds.{name}.model': {spec['model']!r} is not under 'models'")
+    for domain, spec in config["domains"].items():
+        for entry in spec["sources"]:
+            if entry["set"] not in config["prompt_sources"]:
+                raise ConfigError(f"config key 'domains.{domain}.sources': prompt set {entry['set']!r} is not "
+                                  f"defined under 'prompt_sources' (defined: {sorted(config['prompt_sources'])})")
+    decoding = config["decoding"]
+    if not decoding.get("greedy", True) and not decoding.get("sampled"):
+        raise ConfigError("config key 'decoding': neither the greedy nor a sampled setting is enabled")
+
+
+def validate_config(config: dict) -> None:
+    check_schema(config)
+    check_config_semantics(config)

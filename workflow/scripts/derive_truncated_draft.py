@@ -1,0 +1,18 @@
+"""Snakemake script: a truncated draft — the first N decoder layers of a prepared model + its final norm and LM head."""
+
+import logging
+
+from specdec.logs import log_to
+from specdec.models import derive_truncated
+
+log = logging.getLogger("derive_truncated_draft")
+
+
+def main(snakemake):
+    with log_to(snakemake.log[0]):
+        out = derive_truncated(snakemake.input[0], snakemake.output[0], int(snakemake.params.layers))
+        log.info("derived %s (%d layers of %s)", out, snakemake.params.layers, snakemake.input[0])
+
+
+if "snakemake" in globals():
+    main(snakemake)  # noqa: F821
