@@ -109,6 +109,15 @@ def test_whole_dag_produces_the_tables_plots_and_provenance(tiny_study):
     assert not (root / "resources/models/lookup").exists()  # prompt lookup and early exit load no model of their own
 
 
+def test_report_collects_tables_and_plots(tiny_study):
+    root, _ = tiny_study
+    result = snakemake(root, "--cores", "1", "--report", str(root / "report.html"))
+    assert result.returncode == 0, result.stderr[-3000:]
+    html = (root / "report.html").read_text(errors="replace")
+    for item in ["study.csv", "greedy_identity.csv", "acceptance_heatmap.png", "speedup_vs_k.png"]:
+        assert item in html, item
+
+
 def test_complete_run_has_nothing_to_do(tiny_study):
     root, _ = tiny_study
     result = snakemake(root, "--dry-run", "--cores", "1")
