@@ -19,6 +19,7 @@ include: "workflow/rules/models.smk"
 include: "workflow/rules/prompts.smk"
 include: "workflow/rules/decode.smk"
 include: "workflow/rules/verify.smk"
+include: "workflow/rules/costmodel.smk"
 include: "workflow/rules/report.smk"
 
 
@@ -30,4 +31,6 @@ rule all:
         "results/plots/acceptance_heatmap.png",
         "results/plots/speedup_vs_k.png",
         "results/provenance.yaml",
+        ["results/tables/distribution.csv"] if DISTRIBUTION and distribution_drafts() else [],
+        ["results/tables/costmodel.csv"] if PROFILING else [],
     default_target: True

@@ -63,3 +63,20 @@ def greedy_identity_table(classified: pd.DataFrame) -> pd.DataFrame:
 
 def to_markdown(table: pd.DataFrame, floatfmt: str = ".3f") -> str:
     return table.to_markdown(index=False, floatfmt=floatfmt) + "\n"
+
+
+DISTRIBUTION_COLUMNS = ["draft", "domain", "prompt_id", "k", "n_samples", "chi2", "dof", "p_value",
+                        "wrong_sampler_p_value"]
+
+
+def judge_distribution_checks(checks: pd.DataFrame, alpha: float) -> pd.DataFrame:
+    """Bonferroni over the family of correct-sampler tests: each is judged at alpha / len(checks). A check passes
+    when its p-value is above that, no sample fell on an impossible continuation, and the wrong sampler's p-value,
+    at the same sample size, is below it."""
+    threshold = alpha / len(checks)
+    table = checks.copy()
+    table["threshold"] = threshold
+    table["passed"] = (table["p_value"] > threshold) & (table["impossible"] == 0) & \
+        (table["wrong_sampler_p_value"] < threshold)
+    rest = [c for c in table.columns if c not in DISTRIBUTION_COLUMNS]
+    return table[DISTRIBUTION_COLUMNS + rest]

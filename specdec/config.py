@@ -48,6 +48,14 @@ def check_config_semantics(config: dict) -> None:
             if entry["set"] not in config["prompt_sources"]:
                 raise ConfigError(f"config key 'domains.{domain}.sources': prompt set {entry['set']!r} is not "
                                   f"defined under 'prompt_sources' (defined: {sorted(config['prompt_sources'])})")
+    for name in (config.get("distribution_check") or {}).get("drafts") or []:
+        spec = kinds.get(name, {"kind": "model"})
+        if name not in config["drafts"] or spec["kind"] not in ("model", "truncated"):
+            raise ConfigError(f"config key 'distribution_check.drafts': {name!r} is not one of 'drafts' that loads a "
+                              "model (kind 'model' or 'truncated')")
+    for name in (config.get("profiling") or {}).get("extra_models") or []:
+        if name not in models:
+            raise ConfigError(f"config key 'profiling.extra_models': {name!r} is not under 'models'")
     decoding = config["decoding"]
     if not decoding.get("greedy", True) and not decoding.get("sampled"):
         raise ConfigError("config key 'decoding': neither the greedy nor a sampled setting is enabled")

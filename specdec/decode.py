@@ -162,12 +162,16 @@ def generate_speculative(
     top_k: int | None = None,
     top_p: float | None = None,
     seed: int = 0,
+    rejection_rule=None,
 ) -> DecodeResult:
     """Speculative decoding: the draft proposes up to k tokens, one target pass verifies them.
 
     target: a Hugging Face causal LM or a LanguageModelSession; draft: a model, a session or a DraftProposer.
     At temperature 0 the tokens equal generate_baseline's; above it they are distributed as the target's.
+    rejection_rule: replaces the exact rule above temperature 0 (same signature as speculative_step); only the
+    distribution checks pass one, a deliberately wrong rule, to show that they can fail.
     """
+    rule = _speculative_step_unchecked if rejection_rule is None else rejection_rule
     sampling = SamplingConfig(temperature, top_k, top_p)
     if not isinstance(k, int) or k < 1:
         raise ValueError(f"k must be a positive integer, got {k!r}")
@@ -210,7 +214,7 @@ def generate_speculative(
             n_accepted, next_token = greedy_step(logits.argmax(dim=-1), torch.tensor(drafted))
         else:
             p = warp_logits(logits, sampling)
-            n_accepted, next_token = _speculative_step_unchecked(p, proposal.q, torch.tensor(drafted), generator)
+            n_accepted, next_token = rule(p, proposal.q, torch.tensor(drafted), generator)
         decide = time.perf_counter() - start
 
         emitted = _until_eos(drafted[:n_accepted] + [next_token], eos_ids)

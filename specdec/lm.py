@@ -83,19 +83,33 @@ class CachedLM:
 
 
 class PrefixMemoLM:
-    """Logits looked up by token prefix; a miss runs one full forward (no cache) and memoises every prefix of it.
+    """Logits looked up by token prefix; a miss runs the model once (KV-cached) and memoises every prefix it saw.
 
     Exact for any model whose output at a position depends only on the tokens before it, which is what a causal LM
     is. Lets a distribution check run the real speculative loop N times while the model runs only once per prefix.
+
+    exact_depth (optional): prefixes more than this many tokens past the first sequence fed after a reset (the
+    prompt) are answered with the logits of their ancestor at that depth. Tokens 1 .. exact_depth + 1 generated
+    after the prompt are then drawn from the model's own distributions; later ones are not, which is harmless to a
+    check that only looks at those first tokens (each emitted position is decided before any later one) and keeps
+    the number of model calls bounded when long draft blocks branch.
     """
 
-    def __init__(self, model: PreTrainedModel, eos_token_ids: Sequence[int] | None = None):
+    def __init__(self, model: PreTrainedModel, eos_token_ids: Sequence[int] | None = None, *,
+                 exact_depth: int | None = None):
+        if exact_depth is not None and (not isinstance(exact_depth, int) or exact_depth < 0):
+            raise ValueError(f"exact_depth must be a non-negative integer or None, got {exact_depth!r}")
+        self._model = CachedLM(model, eos_token_ids)
         self.model = model
-        self.device = next(model.parameters()).device
-        self.vocab_size = vocab_size_of(model)
-        self.eos_token_ids = frozenset(eos_token_ids) if eos_token_ids is not None else eos_ids_of(model)
+        self.device = self._model.device
+        self.vocab_size = self._model.vocab_size
+        self.eos_token_ids = self._model.eos_token_ids
+        self.exact_depth = exact_depth
+        self._root_length: int | None = None  # length of the first extend after a reset
         self._tokens: list[int] = []
+        self._fed: list[int] = []  # the tokens the inner KV cache holds
         self._memo: dict[tuple[int, ...], torch.Tensor] = {}
+        self._frozen = False
         self.model_calls = 0
 
     @property
@@ -104,23 +118,59 @@ class PrefixMemoLM:
 
     def reset(self) -> None:
         self._tokens = []
+        self._root_length = None
 
-    @torch.inference_mode()
+    def restrict(self, columns: Sequence[int]) -> None:
+        """From now on answer only the memoised prefixes, with only these logit columns (vocab_size shrinks).
+
+        For a check that knows in advance every prefix it can visit and every token it can draw: the per-sample
+        work then scales with len(columns) instead of the full vocabulary. A prefix outside the memo is an error.
+        """
+        index = torch.as_tensor(list(columns), dtype=torch.long)
+        self._memo = {key: row[index].clone() for key, row in self._memo.items()}
+        self.vocab_size = len(index)
+        self._frozen = True
+
+    def _key(self, prefix: tuple[int, ...]) -> tuple[int, ...]:
+        if self.exact_depth is None or self._root_length is None:
+            return prefix
+        return prefix[: self._root_length + self.exact_depth]
+
+    def _compute(self, prefix: tuple[int, ...]) -> None:
+        """One cached forward that ends at prefix, starting from the longest prefix the KV cache already holds."""
+        if self._frozen:
+            raise KeyError(f"prefix of length {len(prefix)} (ending {prefix[-3:]}) is not memoised and this memo "
+                           "was restricted to the prefixes computed before restrict()")
+        common = 0
+        for a, b in zip(self._fed, prefix[:-1]):  # feed at least one token
+            if a != b:
+                break
+            common += 1
+        self._model.crop(common)
+        logits = self._model.extend(prefix[common:], len(prefix) - common)
+        self._fed = list(prefix)
+        self.model_calls += 1
+        for i, row in enumerate(logits):
+            self._memo.setdefault(prefix[: common + i + 1], row)
+
     def next_token_logits(self, prefix: tuple[int, ...]) -> torch.Tensor:
-        if prefix not in self._memo:
-            input_ids = torch.tensor([list(prefix)], dtype=torch.long, device=self.device)
-            logits = self.model(input_ids=input_ids, use_cache=False).logits[0].float().cpu()
-            self.model_calls += 1
-            for end in range(1, len(prefix) + 1):
-                self._memo.setdefault(prefix[:end], logits[end - 1])
-        return self._memo[prefix]
+        key = self._key(tuple(prefix))
+        if key not in self._memo:
+            self._compute(key)
+        return self._memo[key]
 
     def extend(self, tokens: Sequence[int], n_logits: int) -> torch.Tensor:
         if not tokens:
             raise ValueError("extend needs at least one token")
         self._tokens.extend(tokens)
+        if self._root_length is None:
+            self._root_length = len(self._tokens)
         n = len(self._tokens)
-        return torch.stack([self.next_token_logits(tuple(self._tokens[:end])) for end in range(n - n_logits + 1, n + 1)])
+        keys = [self._key(tuple(self._tokens[:end])) for end in range(n - n_logits + 1, n + 1)]
+        missing = [key for key in keys if key not in self._memo]
+        if missing:
+            self._compute(max(missing, key=len))  # the longest miss brings its shorter ones along
+        return torch.stack([self.next_token_logits(key) for key in keys])
 
     def crop(self, length: int) -> None:
         if length > len(self._tokens):

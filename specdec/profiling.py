@@ -18,7 +18,7 @@ import torch
 from transformers import DynamicCache
 
 PROFILE_COLUMNS = ["model", "component", "layer", "m", "repeat", "seconds", "param_bytes", "n_layers", "hidden_size",
-                   "intermediate_size", "vocab_size", "dtype_bytes", "context_length"]
+                   "intermediate_size", "vocab_size", "dtype_bytes", "kv_dim", "context_length"]
 
 
 def param_bytes(module: torch.nn.Module) -> int:
@@ -63,9 +63,10 @@ def _sync_for(device: torch.device):
 
 def _model_shape(model) -> dict:
     config, weight = model.config, next(model.parameters())
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
     return {"n_layers": len(model.model.layers), "hidden_size": config.hidden_size,
             "intermediate_size": config.intermediate_size, "vocab_size": int(model.lm_head.weight.shape[0]),
-            "dtype_bytes": weight.element_size()}
+            "dtype_bytes": weight.element_size(), "kv_dim": config.num_key_value_heads * head_dim}
 
 
 @torch.inference_mode()

@@ -111,6 +111,9 @@ def build_tiny_study(root: Path, k: list[int] | None = None, drafts: int = 1) ->
         draft = perturbed_copy(target, noise=0.05 * (i + 1), seed=i + 1)
         models[f"tiny-draft{i}"] = {"source": "local",
                                     "path": str(save_model_source(root / f"src/tiny-draft{i}", draft, tok))}
+    # A wider model, profiled only (profiling.extra_models): the cost-model fit needs two layer widths.
+    wide = tiny_qwen2(vocab_size=TINY_VOCAB, hidden_size=64, seed=9, dtype=torch.float32, init_std=0.3)
+    models["tiny-wide"] = {"source": "local", "path": str(save_model_source(root / "src/tiny-wide", wide, tok))}
     pairs = [(category, text) for category, texts in TINY_QUESTIONS.items() for text in texts]
     questions = [{"question_id": 100 + i, "category": category, "turns": [text, "and more?"]}
                  for i, (category, text) in enumerate(pairs)]
@@ -131,6 +134,10 @@ def build_tiny_study(root: Path, k: list[int] | None = None, drafts: int = 1) ->
         "decoding": {"k": k or [1, 3], "max_new_tokens": 8, "repeats": 2, "greedy": True,
                      "sampled": {"temperature": 0.8, "top_p": 0.9, "top_k": None, "seeds": [0], "k": [3]}},
         "runtime": {"dtype": "float32", "device": "cpu", "linear_kernel": "weight_major"},
+        "distribution_check": {"temperature": 1.0, "top_k": 4, "tokens": 3, "samples": 1000, "k": [3],
+                               "prompts_per_domain": 1, "seed": 0, "alpha": 0.01},
+        "profiling": {"context_length": 16, "repeats": 3, "warmup": 1, "n_boot": 50, "audit_tolerance": 0.10,
+                      "extra_models": ["tiny-wide"]},
     }
     (root / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
     return config

@@ -7,6 +7,7 @@ import pytest
 import torch
 from scipy import stats
 
+from specdec.prediction import early_exit_seconds, profiled_costmodel_table, roofline
 from specdec.costmodel import (QWEN25_0_5B, QWEN25_1_5B, TERMS, ModelShape, audited_step_timings, costmodel_table,
                                depth_vs_parameters_verdict, expected_catchup_rate, expected_tokens_per_pass,
                                fit_cost_model, predict_draft_cost_ratio, predict_step_time, predicted_speedup,
@@ -249,3 +250,48 @@ def test_profile_model_on_tiny_model(tiny_profiles):
 
 def test_memory_bandwidth_is_positive():
     assert memory_bandwidth(4 * 2**20, repeats=2) > 0
+
+
+def hand_profiles() -> pd.DataFrame:
+    """Forward seconds by m for a target 't' (3 layers of 0.03 s at m = 1) and a draft model 'dm', 3 repeats."""
+    rows = []
+    for repeat in range(3):
+        for m, seconds in {1: 0.10, 2: 0.12, 3: 0.15, 4: 0.20}.items():
+            rows.append(dict(model="t", component="forward", layer=None, m=m, repeat=repeat, seconds=seconds))
+            for layer in range(3):
+                rows.append(dict(model="t", component="layer", layer=layer, m=m, repeat=repeat, seconds=0.03))
+        for m, seconds in {1: 0.02, 2: 0.03}.items():
+            rows.append(dict(model="dm", component="forward", layer=None, m=m, repeat=repeat, seconds=seconds))
+    return pd.DataFrame(rows)
+
+
+def test_profiled_costmodel_table_by_hand():
+    steps, sequences = hand_steps()
+    profiles = hand_profiles()
+    specs = {"d": {"kind": "model", "model": "dm"}}
+    row = profiled_costmodel_table(profiles, steps, sequences, "t", specs).iloc[0]
+    assert list(profiled_costmodel_table(profiles, steps, sequences, "t", specs).columns[:10]) == [
+        "draft", "domain", "k", "acceptance", "tokens_per_pass", "c", "verify_cost_ratio", "predicted_speedup",
+        "measured_speedup", "rel_error"]
+    assert row["c"] == pytest.approx(0.2) and row["verify_cost_ratio"] == pytest.approx(2.0)  # T(4) / T(1)
+    block = 3 * 0.02 + 0.20 + 0.5 * (0.03 - 0.02)
+    assert row["predicted_decode_speedup"] == pytest.approx(2.75 * 0.10 / block)
+    baseline = 1.1 + 11 * 0.10
+    assert row["predicted_speedup"] == pytest.approx(baseline / (1.1 + 0.5 + 11 / 2.75 * block))
+    assert row["rel_error"] == pytest.approx(row["predicted_speedup"] / row["measured_speedup"] - 1)
+    assert row["c_measured"] == pytest.approx(0.04 / 0.11)
+    # An early exit after 1 of the target's 3 layers costs the forward minus the 2 skipped layers.
+    early = early_exit_seconds(profiles[profiles["model"] == "t"], 1)
+    assert early.loc[1] == pytest.approx(0.10 - 0.06) and early.loc[2] == pytest.approx(0.12 - 0.06)
+    lookup = profiled_costmodel_table(profiles, steps, sequences, "t", {"d": {"kind": "prompt_lookup"}}).iloc[0]
+    assert lookup["c"] == pytest.approx(0.04 / 0.10)  # no model: the measured proposal time per token
+
+
+def test_roofline_by_hand():
+    steps, _ = hand_steps()
+    profiles = hand_profiles().assign(param_bytes=1000)
+    table = roofline(profiles, 1e6, "t", steps).set_index("m")
+    assert table.loc[1, "weight_bytes"] == 3000 and table.loc[1, "floor_seconds"] == pytest.approx(3e-3)
+    assert table.loc[1, "decode_seconds"] == pytest.approx(0.11)  # baseline one-token steps
+    assert table.loc[4, "decode_seconds"] == pytest.approx(0.22)  # verify passes over 4 positions
+    assert table.loc[4, "profiled_over_floor"] == pytest.approx(0.20 / 3e-3)

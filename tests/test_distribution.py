@@ -10,16 +10,16 @@ import itertools
 import pytest
 import torch
 
-import specdec.decode as decode
 from specdec import sampling
 from specdec.decode import generate_speculative
+from specdec.distribution import MemoisedPair, residual_drawn_from_p
 from specdec.lm import PrefixMemoLM
 from specdec.sampling import SamplingConfig, speculative_step, warp_logits
 from specdec.stats import chi_square_gof
-from specdec.testing import tiny_qwen2
+from specdec.testing import perturbed_copy, tiny_qwen2
 
 ALPHA = 0.01
-FAMILY_SIZE = 7  # 5 one-step (p, q) pairs + 2 end-to-end settings
+FAMILY_SIZE = 8  # 5 one-step (p, q) pairs + 2 end-to-end settings + 1 memoised-pair check
 THRESHOLD = ALPHA / FAMILY_SIZE
 ONE_STEP_SAMPLES = 20_000
 END_TO_END_SAMPLES = 20_000
@@ -29,14 +29,7 @@ K = 2
 
 
 # --- wrong samplers: each breaks one piece of the rule -------------------------------------------------------------
-def residual_from_p(p, q, draft_tokens, generator):
-    """Wrong: on rejection draw from p instead of normalise(max(0, p - q))."""
-    k = draft_tokens.shape[0]
-    for i in range(k):
-        x = int(draft_tokens[i])
-        if torch.rand(1, generator=generator, dtype=torch.float64).item() * q[i, x] >= p[i, x]:
-            return i, sampling.sample_from(p[i].double(), generator)
-    return k, sampling.sample_from(p[k].double(), generator)
+residual_from_p = residual_drawn_from_p  # the study's own wrong sampler (specdec.distribution)
 
 
 def ratio_inverted(p, q, draft_tokens, generator):
@@ -155,12 +148,12 @@ def _exact_continuations(target: PrefixMemoLM, config: SamplingConfig):
     return exact
 
 
-def _end_to_end_fit(config: SamplingConfig, k: int):
+def _end_to_end_fit(config: SamplingConfig, k: int, rejection_rule=None):
     target, draft = _tiny_pair()
     exact = _exact_continuations(target, config)
     samples = [
         tuple(generate_speculative(target, draft, PROMPT, k, E2E_LENGTH, config.temperature, config.top_k,
-                                   config.top_p, seed=seed).tokens)
+                                   config.top_p, seed=seed, rejection_rule=rejection_rule).tokens)
         for seed in range(END_TO_END_SAMPLES)
     ]
     return chi_square_gof(samples, exact)
@@ -175,8 +168,64 @@ def test_end_to_end_distribution_matches_target(setting, k):
     assert fit.p_value > THRESHOLD
 
 
-def test_end_to_end_test_rejects_wrong_sampler(monkeypatch):
-    monkeypatch.setattr(decode, "_speculative_step_unchecked", residual_from_p)
-    fit = _end_to_end_fit(SETTINGS["top-k 4"], 2)
+def test_end_to_end_test_rejects_wrong_sampler():
+    fit = _end_to_end_fit(SETTINGS["top-k 4"], 2, rejection_rule=residual_from_p)
     print(f"residual drawn from p, end to end: chi2={fit.chi2:.2f} dof={fit.dof} p={fit.p_value:.3g}")
     assert fit.p_value < THRESHOLD
+
+
+# --- the real-pair check's machinery (specdec.distribution), on a tiny pair with a realistic vocabulary ----------
+MEMO_SAMPLES = 3_000
+
+
+def _memoised_pair(k_tokens=3):
+    target = tiny_qwen2(vocab_size=512, hidden_size=16, seed=5, init_std=0.3)
+    draft = perturbed_copy(target, noise=0.1, seed=6)  # overlapping supports, so rejections draw residuals
+    return MemoisedPair(target, draft, torch.tensor([[7, 300, 12, 45]]), SamplingConfig(1.0, top_k=5), k_tokens)
+
+
+def test_memoised_pair_samples_follow_the_target_and_reject_the_wrong_sampler():
+    pair = _memoised_pair()
+    assert len(pair.exact) == 125 and abs(sum(pair.exact.values()) - 1.0) < 1e-9
+    # the loop runs on the union of supports only: far fewer tokens than the vocabulary
+    assert len(pair.kept) < 512
+    check = pair.check(k=4, n_samples=MEMO_SAMPLES)
+    print(f"memoised pair k=4: chi2={check.fit.chi2:.1f}/{check.fit.dof} p={check.fit.p_value:.4f}; wrong sampler "
+          f"chi2={check.wrong_fit.chi2:.1f} p={check.wrong_fit.p_value:.3g}")
+    assert check.fit.n_samples == MEMO_SAMPLES and check.fit.impossible == 0
+    assert check.fit.p_value > THRESHOLD
+    assert check.wrong_fit.p_value < THRESHOLD
+
+
+def test_memoised_pair_sampler_is_the_real_loop():
+    """k changes the samples (the first block drafts k tokens), and seeds reproduce them."""
+    pair = _memoised_pair()
+    assert pair.samples(4, 50, seed=1) == pair.samples(4, 50, seed=1)
+    assert pair.samples(1, 200, seed=1) != pair.samples(4, 200, seed=1)
+
+
+def test_prefix_memo_matches_fresh_forwards_and_caps_depth():
+    model = tiny_qwen2(vocab_size=64, hidden_size=16, seed=2)
+    memo = PrefixMemoLM(model, exact_depth=1)
+    prompt = [3, 9, 4]
+    memo.reset()
+    memo.extend(prompt, 1)
+    deep = memo.extend([5, 6, 7], 3)  # depths 1, 2, 3 after the prompt
+    with torch.inference_mode():
+        fresh = model(input_ids=torch.tensor([prompt + [5, 6, 7]])).logits[0].float()
+    torch.testing.assert_close(deep[0], fresh[3])  # depth 1: exact
+    torch.testing.assert_close(deep[1], fresh[3])  # deeper: the depth-1 ancestor's logits
+    torch.testing.assert_close(deep[2], fresh[3])
+    memo.crop(3)
+    again = memo.extend([8], 1)  # a new branch from the prompt: computed after rolling the KV cache back
+    with torch.inference_mode():
+        torch.testing.assert_close(again[0], model(input_ids=torch.tensor([prompt + [8]])).logits[0, -1].float())
+
+
+def test_restricted_memo_refuses_unknown_prefixes():
+    memo = PrefixMemoLM(tiny_qwen2(vocab_size=64, hidden_size=16, seed=2))
+    memo.next_token_logits((1, 2, 3))
+    memo.restrict([0, 5, 9])
+    assert memo.vocab_size == 3 and memo.next_token_logits((1, 2)).shape == (3,)
+    with pytest.raises(KeyError, match="not memoised"):
+        memo.next_token_logits((1, 2, 4))

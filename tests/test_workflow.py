@@ -100,6 +100,23 @@ def test_whole_dag_produces_the_tables_plots_and_provenance(tiny_study):
     assert provenance["wall_time"]["decode_jobs"] == 2 * len(config["drafts"])
     assert set(provenance["models"]) == {"tiny-target", "tiny-draft0", "trunc1"}
 
+    distribution = pd.read_csv(root / "results/tables/distribution.csv")
+    assert list(distribution.columns[:9]) == ["draft", "domain", "prompt_id", "k", "n_samples", "chi2", "dof",
+                                              "p_value", "wrong_sampler_p_value"]
+    assert set(distribution["draft"]) == {"tiny-draft0", "adaptive"} and set(distribution["k"]) == {3}
+    assert (distribution["n_samples"] == config["distribution_check"]["samples"]).all()
+    assert distribution["passed"].all() and (distribution["wrong_sampler_p_value"] < distribution["threshold"]).all()
+
+    costmodel = pd.read_csv(root / "results/tables/costmodel.csv")
+    assert list(costmodel.columns[:10]) == ["draft", "domain", "k", "acceptance", "tokens_per_pass", "c",
+                                            "verify_cost_ratio", "predicted_speedup", "measured_speedup", "rel_error"]
+    assert set(costmodel["draft"]) == set(config["drafts"])  # every kind gets a prediction
+    assert (costmodel["predicted_speedup"] > 0).all() and costmodel["rel_error"].notna().all()
+    assert set(pd.read_parquet(root / "results/profiles/tiny-wide.parquet")["m"]) == {1, 2, 3}  # up to max k + 1
+    assert "verdict:" in (root / "results/tables/costmodel_verdict.md").read_text()
+    for plot in ["layer_time_vs_width.png", "predicted_vs_measured.png"]:
+        assert (root / "results/plots" / plot).read_bytes()[:4] == b"\x89PNG"
+
     steps = pd.read_parquet(root / "results/runs/greedy/tiny-draft0/code/k2/seed0/steps.parquet")
     for column in ["drafted", "accepted", "emitted", "draft_seconds", "verify_seconds", "catchup_seconds"]:
         assert column in steps.columns
@@ -166,10 +183,12 @@ def test_adding_a_draft_schedules_only_its_jobs(tiny_study):
         (lambda c: c["models"]["tiny-target"].update(source="ftp"), "ftp"),
         (lambda c: c["prompts"].update(per_domain=0), "config key 'prompts.per_domain'"),
         (lambda c: c.update(drafts=["tiny-target"]), "is the target itself"),
+        (lambda c: c["distribution_check"].update(top_k=50), "config key 'distribution_check.top_k'"),
+        (lambda c: c["distribution_check"].update(drafts=["tiny-draft9"]), "'distribution_check.drafts'"),
     ],
     ids=["misspelled key", "k < 1", "wrong type", "temperature < 0", "top-p > 1", "unknown draft",
          "truncated draft without layers", "unknown draft kind", "unknown prompt set", "unknown source",
-         "no prompts", "target as draft"],
+         "no prompts", "target as draft", "distribution top-k too large", "distribution draft not studied"],
 )
 def test_invalid_config_is_refused_naming_the_key(tmp_path, mutate, message):
     config = build_tiny_study(tmp_path)

@@ -10,6 +10,7 @@ check_config_semantics(config)
 
 DECODING = config["decoding"]
 RUNTIME = config.get("runtime", {})
+PROFILING = config.get("profiling") or {}
 
 # Truncated drafts get their model directory from their own rule (derive_truncated_draft).
 TRUNCATED_DRAFTS = [n for n, s in config.get("draft_kinds", {}).items() if s["kind"] == "truncated"]
@@ -21,6 +22,7 @@ wildcard_constraints:
     derived=TRUNCATED_DRAFTS_PATTERN,
     domain="|".join(map(re.escape, config["domains"])),
     setting="greedy|sampled",
+    profiled="|".join(map(re.escape, list(config["models"]) + TRUNCATED_DRAFTS)),
     k=r"\d+",
     seed=r"\d+",
 
@@ -88,3 +90,16 @@ def prompt_inputs(wildcards):
     files = {s: f"resources/prompt_sources/{source_file_name(s, config['prompt_sources'][s])}"
              for s in domain_source_sets(spec)}
     return files | {"tokenizer": model_dir(config["target"])}
+
+
+DISTRIBUTION = config.get("distribution_check") or None
+
+
+def distribution_drafts():
+    """Drafts the distribution check runs on: distribution_check.drafts, else every draft that is a separate model."""
+    named = (DISTRIBUTION or {}).get("drafts")
+    return named if named is not None else [d for d in config["drafts"] if draft_spec(d)["kind"] == "model"]
+
+
+def distribution_files():
+    return [f"results/verify/distribution/{d}/{dom}.parquet" for d in distribution_drafts() for dom in config["domains"]]

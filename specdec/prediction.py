@@ -1,0 +1,122 @@
+"""The speedup the profiled step costs predict from measured acceptance, next to the measured speedup.
+
+Costs come from the profiling stage (`specdec.profiling.profile_model` tables: whole-forward seconds of each model
+at m new positions); acceptance, tokens per pass and the catch-up rate from the decode stage's steps. A draft that is
+a model of its own is profiled itself; an early-exit draft costs the target's forward minus the layers it skips; a
+prompt-lookup draft has no forward, so its measured proposal time is used. Prompt passes are not profiled (their
+length varies): the prediction charges the measured ones, because the measured totals include them.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from .analysis import speedup_pairs
+from .costmodel import AUDIT_KEYS, audited_step_timings, predicted_speedup
+
+COSTMODEL_COLUMNS = ["draft", "domain", "k", "acceptance", "tokens_per_pass", "c", "verify_cost_ratio",
+                     "predicted_speedup", "measured_speedup", "rel_error"]
+EXTRA_COLUMNS = ["c_measured", "verify_cost_ratio_measured", "predicted_decode_speedup", "prefill_share",
+                 "n_prompts"]
+
+
+def forward_seconds(profiles: pd.DataFrame) -> pd.Series:
+    """Median whole-forward seconds per (model, m)."""
+    forwards = profiles[profiles["component"] == "forward"]
+    return forwards.groupby(["model", "m"])["seconds"].median()
+
+
+def early_exit_seconds(target_profile: pd.DataFrame, layers: int) -> pd.Series:
+    """Per m: the target's forward minus the decoder layers an early exit after `layers` layers skips (medians of
+    per-repeat differences, so that a slow repeat is not mixed with a fast one)."""
+    skipped = target_profile[(target_profile["component"] == "layer") & (target_profile["layer"] >= layers)]
+    skipped = skipped.groupby(["m", "repeat"])["seconds"].sum()
+    whole = target_profile[target_profile["component"] == "forward"].set_index(["m", "repeat"])["seconds"]
+    return (whole - skipped).groupby("m").median()
+
+
+def draft_costs(profiles: pd.DataFrame, target: str, draft_specs: dict[str, dict]) -> dict[str, pd.Series | None]:
+    """Per draft, seconds of a draft forward by m (None: no model, use the measured proposal time)."""
+    forward = forward_seconds(profiles)
+    costs: dict[str, pd.Series | None] = {}
+    for name, spec in draft_specs.items():
+        kind = spec.get("kind", "model")
+        if kind == "model":
+            costs[name] = forward.loc[spec["model"]]
+        elif kind == "truncated":
+            costs[name] = forward.loc[name]
+        elif kind == "early_exit":
+            costs[name] = early_exit_seconds(profiles[profiles["model"] == target], int(spec["layers"]))
+        else:
+            costs[name] = None
+    return costs
+
+
+def profiled_costmodel_table(profiles: pd.DataFrame, steps: pd.DataFrame, sequences: pd.DataFrame, target: str,
+                             draft_specs: dict[str, dict], setting: str = "greedy") -> pd.DataFrame:
+    """One row per (draft, domain, k): measured acceptance and tokens per pass; c = T_draft(1) / T_target(1) and
+    verify_cost_ratio = T_target(k + 1) / T_target(1) from the profiles; predicted_speedup = whole sequences
+    (measured prompt passes + n - 1 tokens at the profiled per-token costs); measured_speedup: median over prompts x
+    repeats of baseline / speculative seconds; rel_error = predicted / measured - 1."""
+    steps, sequences = steps[steps["setting"] == setting], sequences[sequences["setting"] == setting]
+    keys = list(AUDIT_KEYS)
+    audit = audited_step_timings(steps)
+    spec = sequences[sequences["method"] == "speculative"]
+    pooled = spec.groupby(keys).agg(accepted=("accepted", "sum"), drafted=("drafted", "sum"),
+                                    tokens=("n_tokens", "sum"), passes=("target_passes", "sum"),
+                                    n_tokens=("n_tokens", "mean"), n_prompts=("prompt_id", "nunique")).reset_index()
+    pooled["acceptance"] = pooled["accepted"] / pooled["drafted"]
+    pooled["tokens_per_pass"] = pooled["tokens"] / pooled["passes"]
+    measured = speedup_pairs(sequences).groupby(keys)["speedup"].median().rename("measured_speedup").reset_index()
+    audit = audit.rename(columns={"c": "c_measured", "verify_cost_ratio": "verify_cost_ratio_measured"})
+    table = audit.merge(pooled, on=keys).merge(measured, on=keys)
+
+    target_forward = forward_seconds(profiles).loc[target]
+    costs = draft_costs(profiles, target, draft_specs)
+    rows = []
+    for r in table.itertuples():
+        k, t1 = int(r.k), float(target_forward.loc[1])
+        draft = costs.get(r.draft)
+        if draft is None:  # no model: the proposal's own measured time per token, and no catch-up call
+            t_draft, t_catchup = float(r.draft_step_seconds), float(r.draft_step_seconds)
+        else:
+            t_draft, t_catchup = float(draft.loc[1]), float(draft.loc[2])
+        t_verify = float(target_forward.loc[k + 1])
+        decode = predicted_speedup(r.decode_tokens_per_pass, t1, t_draft, t_verify, t_catchup, r.catchup_rate, k=k)
+        # Whole sequences: both pay the target's prompt pass, speculative also the draft's; then n - 1 tokens.
+        rest = r.n_tokens - 1
+        baseline = r.prefill_target_seconds + rest * t1
+        block = k * t_draft + t_verify + r.catchup_rate * (t_catchup - t_draft)
+        speculative = r.prefill_target_seconds + (r.prefill_draft_seconds or 0.0) + rest / r.decode_tokens_per_pass * block
+        rows.append({
+            "c": t_draft / t1, "verify_cost_ratio": t_verify / t1,
+            "predicted_speedup": baseline / speculative, "predicted_decode_speedup": decode,
+            "prefill_share": r.prefill_target_seconds / baseline,
+        })
+    table = pd.concat([table.reset_index(drop=True), pd.DataFrame(rows)], axis=1)
+    table["rel_error"] = table["predicted_speedup"] / table["measured_speedup"] - 1
+    return table[COSTMODEL_COLUMNS + EXTRA_COLUMNS].sort_values(keys).reset_index(drop=True)
+
+
+def roofline(profiles: pd.DataFrame, bandwidth_bytes_per_second: float, target: str,
+             steps: pd.DataFrame) -> pd.DataFrame:
+    """Per m: the weight bytes one target forward reads / the measured read bandwidth (the floor), the profiled
+    forward, and the decode stage's measured baseline step (m = 1) and verify passes (m = k + 1)."""
+    profile = profiles[profiles["model"] == target]
+    step_bytes = int(profile[profile["component"].isin(["layer", "lm_head"])]
+                     .drop_duplicates(["component", "layer"])["param_bytes"].sum())
+    floor = step_bytes / bandwidth_bytes_per_second
+    profiled = forward_seconds(profiles).loc[target]
+    greedy = steps[steps["setting"] == "greedy"] if "setting" in steps else steps
+    baseline = greedy[(greedy["method"] == "baseline") & (greedy["kind"] == "target")]["verify_seconds"].median()
+    verify = greedy[(greedy["method"] == "speculative") & (greedy["kind"] == "block")]
+    verify = verify.groupby("positions")["verify_seconds"].median()
+    rows = []
+    for m, seconds in profiled.items():
+        decoded = baseline if m == 1 else verify.get(m)
+        rows.append({"m": int(m), "weight_bytes": step_bytes, "bandwidth_gb_s": bandwidth_bytes_per_second / 1e9,
+                     "floor_seconds": floor, "profiled_seconds": float(seconds),
+                     "profiled_over_floor": float(seconds) / floor,
+                     "decode_seconds": None if decoded is None or pd.isna(decoded) else float(decoded),
+                     "decode_over_floor": None if decoded is None or pd.isna(decoded) else float(decoded) / floor})
+    return pd.DataFrame(rows)

@@ -1,0 +1,83 @@
+# Cost model: per-layer profiles of every model the study decodes with, the machine's read bandwidth, and the
+# speedup the profiled costs predict from measured acceptance, audited against the measured speedup.
+
+
+def profiled_models():
+    """The target, every draft model of its own (early-exit drafts are read off the target's profile) and the
+    profiling.extra_models, profiled only to give the fit more layer widths."""
+    names = [config["target"]]
+    for name in config["drafts"]:
+        spec = draft_spec(name)
+        if spec["kind"] == "model":
+            names.append(spec["model"])
+        elif spec["kind"] == "truncated":
+            names.append(name)
+    return list(dict.fromkeys(names + list(PROFILING.get("extra_models", []))))
+
+
+rule profile_model:
+    input:
+        model_dir("{profiled}"),
+    output:
+        "results/profiles/{profiled}.parquet",
+    params:
+        profiling=PROFILING,
+        positions=list(range(1, max(DECODING["k"]) + 2)),
+        runtime=RUNTIME,
+    threads: workflow.cores
+    resources:
+        mem_mb=10000,
+        gpu=1 if RUNTIME.get("device") == "cuda" else 0,
+    conda:
+        SPECDEC_ENV
+    log:
+        "logs/profile/{profiled}.log",
+    benchmark:
+        "benchmarks/profile/{profiled}.tsv"
+    script:
+        "../scripts/profile_model.py"
+
+
+rule measure_bandwidth:
+    output:
+        "results/profiles/bandwidth.json",
+    params:
+        repeats=PROFILING.get("repeats", 10),
+    threads: workflow.cores
+    conda:
+        SPECDEC_ENV
+    log:
+        "logs/profile/bandwidth.log",
+    script:
+        "../scripts/measure_bandwidth.py"
+
+
+rule costmodel:
+    input:
+        profiles=expand("results/profiles/{profiled}.parquet", profiled=profiled_models()),
+        bandwidth="results/profiles/bandwidth.json",
+        steps=run_files("steps.parquet", "greedy"),
+        sequences=run_files("sequences.parquet", "greedy"),
+    output:
+        table=report("results/tables/costmodel.csv", caption="../report/costmodel.rst", category="Cost model"),
+        terms="results/tables/costmodel_terms.csv",
+        verify="results/tables/verify_cost.csv",
+        timings="results/tables/step_timings.csv",
+        roofline="results/tables/roofline.csv",
+        verdict=report("results/tables/costmodel_verdict.md", caption="../report/costmodel_verdict.rst",
+                       category="Cost model"),
+        layer_plot=report("results/plots/layer_time_vs_width.png", caption="../report/layer_time_vs_width.rst",
+                          category="Cost model"),
+        audit_plot=report("results/plots/predicted_vs_measured.png", caption="../report/predicted_vs_measured.rst",
+                          category="Cost model"),
+    params:
+        target=config["target"],
+        draft_specs={name: draft_spec(name) for name in config["drafts"]},
+        n_boot=PROFILING.get("n_boot", 1000),
+        tolerance=PROFILING.get("audit_tolerance", 0.10),
+    conda:
+        SPECDEC_ENV
+    log:
+        "logs/report/costmodel.log",
+    script:
+        "../scripts/costmodel.py"

@@ -1,0 +1,120 @@
+"""Snakemake script: fit the cost model on the profiles, audit its speedup prediction against the decode runs,
+write the verdict on depth vs parameters, the roofline, and the two plots."""
+
+import json
+import logging
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import matplotlib.pyplot as plt  # noqa: E402
+import pandas as pd  # noqa: E402
+import seaborn as sns  # noqa: E402
+
+from specdec.analysis import to_markdown  # noqa: E402
+from specdec.costmodel import ModelShape, audited_step_timings, depth_vs_parameters_verdict, fit_cost_model  # noqa: E402
+from specdec.io import atomic_path, write_csv, write_text  # noqa: E402
+from specdec.logs import log_to  # noqa: E402
+from specdec.prediction import profiled_costmodel_table, roofline  # noqa: E402
+
+log = logging.getLogger("costmodel")
+
+
+def shapes_of(profiles: pd.DataFrame) -> dict[str, ModelShape]:
+    first = profiles.groupby("model").first()
+    return {name: ModelShape(int(r.n_layers), int(r.hidden_size), int(r.intermediate_size), int(r.vocab_size),
+                             int(r.dtype_bytes), int(r.kv_dim)) for name, r in first.iterrows()}
+
+
+def candidate_shapes(target: ModelShape, drafts: dict[str, ModelShape]) -> dict[str, ModelShape]:
+    """The profiled drafts, shallower cuts of each, and early exits of the target: what a draft could look like."""
+    candidates = dict(drafts)
+    for name, shape in drafts.items():
+        for layers in sorted({shape.n_layers // 2, shape.n_layers // 4} - {0}):
+            candidates[f"{name} cut to {layers} layers"] = ModelShape(layers, shape.hidden, shape.intermediate,
+                                                                      shape.vocab, shape.dtype_bytes, shape.kv_dim)
+    for layers in [n for n in (4, 8) if n < target.n_layers] or [max(target.n_layers // 2, 1)]:
+        candidates[f"target's first {layers} layers"] = ModelShape(layers, target.hidden, target.intermediate,
+                                                                   target.vocab, target.dtype_bytes, target.kv_dim)
+    return candidates
+
+
+def verdict_markdown(fit, verdict, table: pd.DataFrame, tolerance: float) -> str:
+    inside = (table["rel_error"].abs() <= tolerance)
+    lines = ["# Cost model verdict", "", verdict.text, "",
+             f"Fitted terms at m = 1 (95% bootstrap intervals over repeats): see costmodel_terms.csv. "
+             f"Share of a typical layer's time that is per-layer overhead (scales with depth): "
+             f"{fit.overhead_share.estimate:.1%} [{fit.overhead_share.lo:.1%}, {fit.overhead_share.hi:.1%}]; "
+             f"dominant term: {fit.dominant}.", "",
+             "## Predicted c for candidate draft shapes", "",
+             to_markdown(verdict.table[["model", "n_layers", "c", "c_lo", "c_hi", "depth_ratio", "parameter_ratio",
+                                        "c_closer_to"]]), "",
+             f"## Audit: {int(inside.sum())} of {len(table)} cells within |rel_error| <= {tolerance:.0%}", "",
+             to_markdown(table[["draft", "domain", "k", "acceptance", "tokens_per_pass", "c", "verify_cost_ratio",
+                                "predicted_speedup", "measured_speedup", "rel_error"]])]
+    return "\n".join(lines) + "\n"
+
+
+def layer_time_plot(profiles: pd.DataFrame, path) -> None:
+    layers = profiles[(profiles["component"] == "layer") & (profiles["m"].isin([1, profiles["m"].max()]))]
+    per_layer = layers.groupby(["model", "hidden_size", "m", "layer"])["seconds"].median().reset_index()
+    fig, ax = plt.subplots(figsize=(6.5, 4))
+    sns.stripplot(per_layer.assign(ms=per_layer["seconds"] * 1e3), x="hidden_size", y="ms", hue="m", dodge=True,
+                  ax=ax, alpha=0.7)
+    ax.set_xlabel("hidden size (layer width)")
+    ax.set_ylabel("median seconds per decoder layer (ms)")
+    ax.set_title("per-layer time vs layer width, one point per layer")
+    fig.tight_layout()
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, dpi=120, format="png")
+    plt.close(fig)
+
+
+def audit_plot(table: pd.DataFrame, tolerance: float, path) -> None:
+    fig, ax = plt.subplots(figsize=(5.5, 5))
+    sns.scatterplot(table, x="measured_speedup", y="predicted_speedup", hue="domain", style="draft", size="k",
+                    ax=ax)
+    lo = min(table["measured_speedup"].min(), table["predicted_speedup"].min()) * 0.9
+    hi = max(table["measured_speedup"].max(), table["predicted_speedup"].max()) * 1.1
+    ax.plot([lo, hi], [lo, hi], color="grey", linewidth=1)
+    ax.fill_between([lo, hi], [lo * (1 - tolerance), hi * (1 - tolerance)], [lo * (1 + tolerance), hi * (1 + tolerance)],
+                    color="grey", alpha=0.15, label=f"±{tolerance:.0%}")
+    ax.set_xlabel("measured speedup (median over prompts)")
+    ax.set_ylabel("predicted speedup (profiled costs, measured acceptance)")
+    ax.legend(fontsize=7, loc="upper left")
+    fig.tight_layout()
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, dpi=120, format="png")
+    plt.close(fig)
+
+
+def main(snakemake):
+    with log_to(snakemake.log[0]):
+        inputs, outputs, params = snakemake.input, snakemake.output, snakemake.params
+        profiles = pd.concat([pd.read_parquet(f) for f in inputs.profiles], ignore_index=True)
+        steps = pd.concat([pd.read_parquet(f) for f in inputs.steps], ignore_index=True)
+        sequences = pd.concat([pd.read_parquet(f) for f in inputs.sequences], ignore_index=True)
+        bandwidth = json.loads(open(inputs.bandwidth).read())["bytes_per_second"]
+        shapes = shapes_of(profiles)
+        target = shapes[params.target]
+        drafts = {name: shape for name, shape in shapes.items() if name != params.target}
+
+        fit = fit_cost_model(profiles, n_boot=int(params.n_boot))
+        verdict = depth_vs_parameters_verdict(fit, target, candidate_shapes(target, drafts))
+        log.info("%s", verdict.text)
+        table = profiled_costmodel_table(profiles, steps, sequences, params.target, dict(params.draft_specs))
+        log.info("audit:\n%s", table.to_string(index=False))
+
+        write_csv(table, outputs.table)
+        write_csv(fit.terms, outputs.terms)
+        write_csv(fit.verify, outputs.verify)
+        write_csv(audited_step_timings(steps[steps["setting"] == "greedy"]), outputs.timings)
+        write_csv(roofline(profiles, bandwidth, params.target, steps), outputs.roofline)
+        write_text(verdict_markdown(fit, verdict, table, float(params.tolerance)), outputs.verdict)
+        layer_time_plot(profiles, outputs.layer_plot)
+        audit_plot(table, float(params.tolerance), outputs.audit_plot)
+
+
+if "snakemake" in globals():
+    main(snakemake)  # noqa: F821

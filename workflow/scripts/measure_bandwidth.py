@@ -1,0 +1,27 @@
+"""Snakemake script: the machine's memory read bandwidth (bytes/s), measured once -> json."""
+
+import json
+import logging
+
+import torch
+
+from specdec.io import write_text
+from specdec.logs import log_to
+from specdec.profiling import memory_bandwidth
+
+log = logging.getLogger("measure_bandwidth")
+BUFFER_BYTES = 1024 * 2**20  # far larger than any last-level cache
+
+
+def main(snakemake):
+    with log_to(snakemake.log[0]):
+        torch.set_num_threads(snakemake.threads)
+        bandwidth = memory_bandwidth(BUFFER_BYTES, repeats=int(snakemake.params.repeats))
+        log.info("read bandwidth %.2f GB/s (%d threads, %d MiB buffer)", bandwidth / 1e9, snakemake.threads,
+                 BUFFER_BYTES // 2**20)
+        result = {"bytes_per_second": bandwidth, "threads": snakemake.threads, "buffer_bytes": BUFFER_BYTES}
+        write_text(json.dumps(result, indent=2) + "\n", snakemake.output[0])
+
+
+if "snakemake" in globals():
+    main(snakemake)  # noqa: F821
