@@ -20,6 +20,7 @@ include: "workflow/rules/prompts.smk"
 include: "workflow/rules/decode.smk"
 include: "workflow/rules/verify.smk"
 include: "workflow/rules/costmodel.smk"
+include: "workflow/rules/peers.smk"
 include: "workflow/rules/report.smk"
 
 
@@ -33,4 +34,5 @@ rule all:
         "results/provenance.yaml",
         ["results/tables/distribution.csv"] if DISTRIBUTION and distribution_drafts() else [],
         ["results/tables/costmodel.csv"] if PROFILING else [],
+        ["results/tables/peers.csv"] if PEERS and peers_drafts() else [],
     default_target: True

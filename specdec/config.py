@@ -56,6 +56,14 @@ def check_config_semantics(config: dict) -> None:
     for name in (config.get("profiling") or {}).get("extra_models") or []:
         if name not in models:
             raise ConfigError(f"config key 'profiling.extra_models': {name!r} is not under 'models'")
+    peers = config.get("peers") or {}
+    for name in peers.get("drafts") or []:
+        if name not in config["drafts"] or kinds.get(name, {"kind": "model"})["kind"] != "model":
+            raise ConfigError(f"config key 'peers.drafts': {name!r} is not one of 'drafts' of kind 'model' "
+                              "(assisted generation takes a model)")
+    for domain in peers.get("domains") or []:
+        if domain not in config["domains"]:
+            raise ConfigError(f"config key 'peers.domains': {domain!r} is not under 'domains'")
     decoding = config["decoding"]
     if not decoding.get("greedy", True) and not decoding.get("sampled"):
         raise ConfigError("config key 'decoding': neither the greedy nor a sampled setting is enabled")

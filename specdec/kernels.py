@@ -7,6 +7,8 @@ W @ x^T instead (the weight as the left operand) runs 2-9 rows in about the time
 
 from __future__ import annotations
 
+from contextlib import contextmanager
+
 import torch
 from torch import nn
 
@@ -34,5 +36,24 @@ def use_weight_major_linear(model: nn.Module) -> nn.Module:
     for parent in list(model.modules()):
         for name, child in list(parent.named_children()):
             if type(child) is nn.Linear:
-                setattr(parent, name, WeightMajorLinear(child))
+                replacement = WeightMajorLinear(child)
+                replacement.original = [child]  # in a list: not registered as a submodule
+                setattr(parent, name, replacement)
     return model
+
+
+@contextmanager
+def default_linear(model: nn.Module):
+    """Inside the block the model runs torch's own nn.Linear again (e.g. to time a library that uses it as shipped);
+    the weight-major layers come back afterwards. Weights are shared throughout: nothing is copied."""
+    swapped = []
+    for parent in list(model.modules()):
+        for name, child in list(parent.named_children()):
+            if isinstance(child, WeightMajorLinear) and hasattr(child, "original"):
+                setattr(parent, name, child.original[0])
+                swapped.append((parent, name, child))
+    try:
+        yield model
+    finally:
+        for parent, name, child in swapped:
+            setattr(parent, name, child)

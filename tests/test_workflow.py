@@ -117,6 +117,12 @@ def test_whole_dag_produces_the_tables_plots_and_provenance(tiny_study):
     for plot in ["layer_time_vs_width.png", "predicted_vs_measured.png"]:
         assert (root / "results/plots" / plot).read_bytes()[:4] == b"\x89PNG"
 
+    peers = pd.read_csv(root / "results/tables/peers.csv")
+    assert list(peers.columns[:9]) == ["draft", "domain", "k", "hf_generate_s_per_token", "ours_baseline_s_per_token",
+                                       "hf_assisted_s_per_token", "ours_spec_s_per_token", "base_speed_ratio",
+                                       "spec_speed_ratio"]
+    assert set(peers["draft"]) == {"tiny-draft0"} and peers["all_tokens_identical"].all()
+
     steps = pd.read_parquet(root / "results/runs/greedy/tiny-draft0/code/k2/seed0/steps.parquet")
     for column in ["drafted", "accepted", "emitted", "draft_seconds", "verify_seconds", "catchup_seconds"]:
         assert column in steps.columns

@@ -16,6 +16,7 @@ rule decode:
         max_new_tokens=DECODING["max_new_tokens"],
         repeats=DECODING.get("repeats", 1),
         runtime=RUNTIME,
+        prompt_limit=lambda wc: None if wc.setting == "greedy" else DECODING["sampled"].get("prompts_per_domain"),
     threads: workflow.cores
     resources:
         mem_mb=14000,

@@ -22,6 +22,9 @@ def main(snakemake):
         draft_dir = snakemake.input.get("draft") or None
         draft = make_draft(wc.draft, dict(params.draft_spec), target, target_tokenizer, draft_dir, runtime)
         prompts = pd.read_parquet(snakemake.input.prompts)
+        limit = params.get("prompt_limit")  # the sampled setting may use the first N prompts only
+        if limit:
+            prompts = prompts.head(int(limit))
         steps, sequences = run_decode_job(target, draft, prompts, job, log=log.info)
         write_parquet(steps, snakemake.output.steps)
         write_parquet(sequences, snakemake.output.sequences)

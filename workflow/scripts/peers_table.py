@@ -1,0 +1,23 @@
+"""Snakemake script: the peers runs -> results/tables/peers.csv (medians over prompts x repeats, with intervals)."""
+
+import logging
+
+import pandas as pd
+
+from specdec.io import write_csv
+from specdec.logs import log_to
+from specdec.peers import peers_table
+
+log = logging.getLogger("peers_table")
+
+
+def main(snakemake):
+    with log_to(snakemake.log[0]):
+        runs = pd.concat([pd.read_parquet(f) for f in snakemake.input], ignore_index=True)
+        table = peers_table(runs)
+        log.info("peers:\n%s", table.to_string(index=False))
+        write_csv(table, snakemake.output[0])
+
+
+if "snakemake" in globals():
+    main(snakemake)  # noqa: F821
