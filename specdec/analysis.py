@@ -80,3 +80,36 @@ def judge_distribution_checks(checks: pd.DataFrame, alpha: float) -> pd.DataFram
         (table["wrong_sampler_p_value"] < threshold)
     rest = [c for c in table.columns if c not in DISTRIBUTION_COLUMNS]
     return table[DISTRIBUTION_COLUMNS + rest]
+
+
+def reproduction_table(first: pd.DataFrame, rerun: pd.DataFrame) -> pd.DataFrame:
+    """Per (draft, domain, k): acceptance and tokens per pass of the first run and of a rerun (which must agree
+    exactly, as must every speculative sequence's tokens), and the rerun's wall speedups: median, spread across
+    prompts x repeats (min, quartiles, max) and the median of each repeat."""
+    keys = ["draft", "domain", "k"]
+    rows = []
+    for key, again in rerun.groupby(keys):
+        before = first.set_index(keys).loc[key].reset_index()
+        spec_before = before[before["method"] == "speculative"].set_index("prompt_id")
+        spec_again = again[again["method"] == "speculative"]
+        same_tokens = all(list(r.tokens) == list(spec_before.loc[r.prompt_id, "tokens"])
+                          for r in spec_again.itertuples())
+        pooled = {}
+        for name, frame in (("first", spec_before.reset_index()), ("rerun", spec_again)):
+            # every repeat of a greedy rerun decodes the same tokens, so pool one repeat for the rates
+            frame = frame[frame["repeat"] == frame["repeat"].min()]
+            pooled[f"acceptance_{name}"] = frame["accepted"].sum() / frame["drafted"].sum()
+            pooled[f"tokens_per_pass_{name}"] = frame["n_tokens"].sum() / frame["target_passes"].sum()
+        speedups = speedup_pairs(again)
+        per_repeat = speedups.groupby("repeat")["speedup"].median()
+        rows.append(dict(
+            zip(keys, key), **pooled, same_tokens=same_tokens,
+            reproduced=same_tokens and pooled["acceptance_first"] == pooled["acceptance_rerun"]
+            and pooled["tokens_per_pass_first"] == pooled["tokens_per_pass_rerun"],
+            speedup_first=float(speedup_pairs(before)["speedup"].median()),
+            speedup_median=float(speedups["speedup"].median()), speedup_min=float(speedups["speedup"].min()),
+            speedup_q1=float(speedups["speedup"].quantile(0.25)), speedup_q3=float(speedups["speedup"].quantile(0.75)),
+            speedup_max=float(speedups["speedup"].max()),
+            speedup_by_repeat=" ".join(f"{v:.2f}" for v in per_repeat), n_pairs=len(speedups),
+        ))
+    return pd.DataFrame(rows)

@@ -64,6 +64,12 @@ def check_config_semantics(config: dict) -> None:
     for domain in peers.get("domains") or []:
         if domain not in config["domains"]:
             raise ConfigError(f"config key 'peers.domains': {domain!r} is not under 'domains'")
+    reproduce = config.get("reproduce") or {}
+    for key, known in (("drafts", config["drafts"]), ("domains", list(config["domains"])),
+                       ("k", config["decoding"]["k"])):
+        for value in reproduce.get(key) or []:
+            if value not in known:
+                raise ConfigError(f"config key 'reproduce.{key}': {value!r} is not in the study's {key} {known}")
     decoding = config["decoding"]
     if not decoding.get("greedy", True) and not decoding.get("sampled"):
         raise ConfigError("config key 'decoding': neither the greedy nor a sampled setting is enabled")

@@ -141,6 +141,18 @@ def test_report_collects_tables_and_plots(tiny_study):
         assert item in html, item
 
 
+def test_reproduce_target_reruns_and_matches(tiny_study):
+    root, config = tiny_study
+    result = snakemake(root, "--cores", "1", "reproduce")
+    assert result.returncode == 0, result.stderr[-4000:]
+    table = pd.read_csv(root / "results/tables/reproduce.csv")
+    assert len(table) == 1 and table["reproduced"].all() and table["same_tokens"].all()
+    row = table.iloc[0]
+    assert row["acceptance_first"] == row["acceptance_rerun"] and row["n_pairs"] == 2 * 2  # 2 prompts x 2 repeats
+    assert row["speedup_min"] <= row["speedup_median"] <= row["speedup_max"]
+    assert len(row["speedup_by_repeat"].split()) == 2
+
+
 def test_complete_run_has_nothing_to_do(tiny_study):
     root, _ = tiny_study
     result = snakemake(root, "--dry-run", "--cores", "1")

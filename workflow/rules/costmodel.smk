@@ -81,3 +81,49 @@ rule costmodel:
         "logs/report/costmodel.log",
     script:
         "../scripts/costmodel.py"
+
+
+# Reproduce: rerun a subset of the greedy grid from scratch (fresh process, `reproduce.repeats` timing repeats) and
+# check that acceptance and tokens per pass equal the first run's; report the spread of wall speedups.
+REPRODUCE = config.get("reproduce") or {}
+
+
+def reproduce_cells():
+    return [(d, dom, k) for d in REPRODUCE.get("drafts", config["drafts"][:1])
+            for dom in REPRODUCE.get("domains", list(config["domains"])[:1]) for k in REPRODUCE.get("k", [4])]
+
+
+use rule decode as reproduce_decode with:
+    output:
+        steps="results/reproduce/runs/{setting}/{draft}/{domain}/k{k}/seed{seed}/steps.parquet",
+        sequences="results/reproduce/runs/{setting}/{draft}/{domain}/k{k}/seed{seed}/sequences.parquet",
+    params:
+        draft_spec=lambda wc: draft_spec(wc.draft),
+        sampling=sampling_params,
+        max_new_tokens=DECODING["max_new_tokens"],
+        repeats=REPRODUCE.get("repeats", 3),
+        runtime=RUNTIME,
+        prompt_limit=REPRODUCE.get("prompts_per_domain"),
+    log:
+        "logs/reproduce/{setting}/{draft}/{domain}/k{k}/seed{seed}.log",
+    benchmark:
+        "benchmarks/reproduce/{setting}/{draft}/{domain}/k{k}/seed{seed}.tsv"
+
+
+rule reproduce_table:
+    input:
+        first=[f"results/runs/greedy/{d}/{dom}/k{k}/seed0/sequences.parquet" for d, dom, k in reproduce_cells()],
+        rerun=[f"results/reproduce/runs/greedy/{d}/{dom}/k{k}/seed0/sequences.parquet" for d, dom, k in reproduce_cells()],
+    output:
+        report("results/tables/reproduce.csv", caption="../report/reproduce.rst", category="Cost model"),
+    conda:
+        SPECDEC_ENV
+    log:
+        "logs/reproduce/reproduce_table.log",
+    script:
+        "../scripts/reproduce_table.py"
+
+
+rule reproduce:
+    input:
+        "results/tables/reproduce.csv",

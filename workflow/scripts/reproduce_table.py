@@ -1,0 +1,32 @@
+"""Snakemake script: compare a from-scratch rerun with the first run (tokens, acceptance, tokens per pass must be
+identical) and report the spread of wall speedups across repeats; fail if anything hardware-independent moved."""
+
+import logging
+
+import pandas as pd
+
+from specdec.analysis import reproduction_table
+from specdec.io import write_csv
+from specdec.logs import log_to
+
+log = logging.getLogger("reproduce_table")
+
+
+class NotReproducedError(RuntimeError):
+    pass
+
+
+def main(snakemake):
+    with log_to(snakemake.log[0]):
+        first = pd.concat([pd.read_parquet(f) for f in snakemake.input.first], ignore_index=True)
+        rerun = pd.concat([pd.read_parquet(f) for f in snakemake.input.rerun], ignore_index=True)
+        table = reproduction_table(first, rerun)
+        log.info("reproduction:\n%s", table.to_string(index=False))
+        if not table["reproduced"].all():
+            bad = table[~table["reproduced"]]
+            raise NotReproducedError(f"the rerun changed tokens, acceptance or tokens per pass: {bad.to_dict('records')}")
+        write_csv(table, snakemake.output[0])
+
+
+if "snakemake" in globals():
+    main(snakemake)  # noqa: F821
