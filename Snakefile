@@ -21,6 +21,7 @@ include: "workflow/rules/decode.smk"
 include: "workflow/rules/verify.smk"
 include: "workflow/rules/costmodel.smk"
 include: "workflow/rules/peers.smk"
+include: "workflow/rules/distill.smk"
 include: "workflow/rules/report.smk"
 
 

@@ -41,7 +41,7 @@ def check_config_semantics(config: dict) -> None:
     for name, spec in kinds.items():
         if name in models:
             raise ConfigError(f"config key 'draft_kinds.{name}': the name is already a model under 'models'")
-        if spec["kind"] in ("model", "truncated") and spec["model"] not in models:
+        if spec["kind"] in ("model", "truncated", "distilled") and spec["model"] not in models:
             raise ConfigError(f"config key 'draft_kinds.{name}.model': {spec['model']!r} is not under 'models'")
     for domain, spec in config["domains"].items():
         for entry in spec["sources"]:

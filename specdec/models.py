@@ -546,16 +546,22 @@ def derive_truncated(model_dir: str | os.PathLike, out_dir: str | os.PathLike, n
     if getattr(cfg, "max_window_layers", None) is not None:
         cfg.max_window_layers = min(cfg.max_window_layers, n_layers)
 
+    source = {"source": "derived-truncated", "from": str(model_dir), "from_name": src_manifest.get("name"),
+              "from_safetensors_sha256": src_manifest.get("safetensors_sha256"), "n_layers": n_layers,
+              "of_layers": total}
+    return save_prepared(model, tok, out_dir, source, {"gguf_sha256": src_manifest.get("gguf_sha256")})
+
+
+def save_prepared(model, tokenizer, out_dir: str | os.PathLike, source: dict, extra: dict | None = None) -> Path:
+    """Write a model the study made (truncated, distilled) as a prepared model directory with its manifest,
+    built in a temporary sibling and moved into place, so that a partial directory never looks complete."""
+    out_dir = Path(out_dir)
     tmp = _tmp_sibling(out_dir)
     try:
         model.save_pretrained(tmp, safe_serialization=True)
-        tok.save_pretrained(tmp)
-        del model
+        tokenizer.save_pretrained(tmp)
         gc.collect()
-        source = {"source": "derived-truncated", "from": str(model_dir), "from_name": src_manifest.get("name"),
-                  "from_safetensors_sha256": src_manifest.get("safetensors_sha256"), "n_layers": n_layers,
-                  "of_layers": total}
-        _write_manifest(tmp, out_dir.name, source, {"gguf_sha256": src_manifest.get("gguf_sha256")})
+        _write_manifest(tmp, out_dir.name, source, extra or {})
         _move_into_place(tmp, out_dir)
     finally:
         if tmp.exists():

@@ -43,7 +43,7 @@ def draft_costs(profiles: pd.DataFrame, target: str, draft_specs: dict[str, dict
         kind = spec.get("kind", "model")
         if kind == "model":
             costs[name] = forward.loc[spec["model"]]
-        elif kind == "truncated":
+        elif kind in ("truncated", "distilled"):
             costs[name] = forward.loc[name]
         elif kind == "early_exit":
             costs[name] = early_exit_seconds(profiles[profiles["model"] == target], int(spec["layers"]))

@@ -22,9 +22,9 @@ from .kernels import use_weight_major_linear
 from .lm import eos_ids_of, vocab_size_of
 from .models import check_same_vocabulary, load_model
 
-# Draft kinds a study can name. 'model' and 'truncated' load a prepared model directory (the models stage derives
-# truncated ones); the others are built from the target itself.
-DRAFT_KINDS = ("model", "truncated", "prompt_lookup", "early_exit")
+# Draft kinds a study can name. 'model', 'truncated' and 'distilled' load a prepared model directory (the workflow
+# derives truncated ones and trains distilled ones); the others are built from the target itself.
+DRAFT_KINDS = ("model", "truncated", "distilled", "prompt_lookup", "early_exit")
 
 
 @dataclass(frozen=True)
@@ -65,7 +65,7 @@ def make_draft(name: str, spec: dict, target, target_tokenizer, draft_dir, runti
     """The draft proposer a study's draft spec asks for; a model draft's tokenizer must equal the target's."""
     kind = spec.get("kind", "model")
     min_confidence = spec.get("min_confidence")
-    if kind in ("model", "truncated"):
+    if kind in ("model", "truncated", "distilled"):
         if not draft_dir:
             raise ValueError(f"draft {name!r} of kind {kind!r} needs a prepared model directory")
         model, tokenizer = load_for_decoding(draft_dir, runtime)

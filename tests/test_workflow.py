@@ -51,6 +51,8 @@ ALL_DRAFT_KINDS = {
     "early1": {"kind": "early_exit", "layers": 1},
     "trunc1": {"kind": "truncated", "model": "tiny-draft0", "layers": 1},
     "adaptive": {"kind": "model", "model": "tiny-draft0", "min_confidence": 0.5},
+    "dist1": {"kind": "distilled", "model": "tiny-draft0", "layers": 1,
+              "training": {"steps": 3, "batch_size": 1, "checkpoint_every": 2}},
 }
 
 
@@ -98,7 +100,11 @@ def test_whole_dag_produces_the_tables_plots_and_provenance(tiny_study):
     provenance = yaml.safe_load((root / "results/provenance.yaml").read_text())
     assert {"date", "machine", "packages", "models", "wall_time", "config"} <= set(provenance)
     assert provenance["wall_time"]["decode_jobs"] == 2 * len(config["drafts"])
-    assert set(provenance["models"]) == {"tiny-target", "tiny-draft0", "trunc1"}
+    assert set(provenance["models"]) == {"tiny-target", "tiny-draft0", "trunc1", "dist1"}
+    assert len(pd.read_csv(root / "results/distill/dist1/loss.csv")) == 3
+    training = pd.read_parquet(root / "results/prompts/train.parquet")
+    evaluation = pd.read_parquet(root / "results/prompts/code.parquet")
+    assert len(training) == 1 and not set(training["prompt_id"]) & set(evaluation["prompt_id"])
 
     distribution = pd.read_csv(root / "results/tables/distribution.csv")
     assert list(distribution.columns[:9]) == ["draft", "domain", "prompt_id", "k", "n_samples", "chi2", "dof",

@@ -15,14 +15,18 @@ PROFILING = config.get("profiling") or {}
 # Truncated drafts get their model directory from their own rule (derive_truncated_draft).
 TRUNCATED_DRAFTS = [n for n, s in config.get("draft_kinds", {}).items() if s["kind"] == "truncated"]
 TRUNCATED_DRAFTS_PATTERN = "|".join(map(re.escape, TRUNCATED_DRAFTS)) or "no-truncated-draft"
+# Distilled drafts: their model directory comes from distill_draft (workflow/rules/distill.smk).
+DISTILLED_DRAFTS = [n for n, s in config.get("draft_kinds", {}).items() if s["kind"] == "distilled"]
+OWN_MODEL_KINDS = ("truncated", "distilled")  # draft kinds whose model directory the workflow makes
 
 wildcard_constraints:
     model="|".join(map(re.escape, config["models"])),
     draft="|".join(map(re.escape, config["drafts"])),
     derived=TRUNCATED_DRAFTS_PATTERN,
+    distilled="|".join(map(re.escape, DISTILLED_DRAFTS)) or "no-distilled-draft",
     domain="|".join(map(re.escape, config["domains"])),
     setting="greedy|sampled",
-    profiled="|".join(map(re.escape, list(config["models"]) + TRUNCATED_DRAFTS)),
+    profiled="|".join(map(re.escape, list(config["models"]) + TRUNCATED_DRAFTS + DISTILLED_DRAFTS)),
     k=r"\d+",
     seed=r"\d+",
 
@@ -43,7 +47,7 @@ def study_model_dirs():
     dirs = [model_dir(config["target"])]
     for name in config["drafts"]:
         spec = draft_spec(name)
-        if spec["kind"] in ("model", "truncated"):
+        if spec["kind"] in ("model", *OWN_MODEL_KINDS):
             dirs.append(model_dir(spec["model"] if spec["kind"] == "model" else name))
     return list(dict.fromkeys(dirs))
 
@@ -53,7 +57,7 @@ def draft_model_input(wildcards):
     spec = draft_spec(wildcards.draft)
     if spec["kind"] == "model":
         return {"draft": model_dir(spec["model"])}
-    if spec["kind"] == "truncated":
+    if spec["kind"] in OWN_MODEL_KINDS:
         return {"draft": model_dir(wildcards.draft)}
     return {}
 

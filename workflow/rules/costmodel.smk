@@ -10,7 +10,7 @@ def profiled_models():
         spec = draft_spec(name)
         if spec["kind"] == "model":
             names.append(spec["model"])
-        elif spec["kind"] == "truncated":
+        elif spec["kind"] in OWN_MODEL_KINDS:
             names.append(name)
     return list(dict.fromkeys(names + list(PROFILING.get("extra_models", []))))
 

@@ -1,0 +1,49 @@
+"""Snakemake script: train a truncated model on the teacher data (resuming from checkpoints), save it as a prepared
+model, write its loss curve and plot."""
+
+import logging
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import matplotlib.pyplot as plt  # noqa: E402
+import torch  # noqa: E402
+
+from specdec.distill import DistillSettings, distill, load_teacher_data  # noqa: E402
+from specdec.io import atomic_path, write_csv  # noqa: E402
+from specdec.logs import log_to  # noqa: E402
+from specdec.models import load_model, read_manifest, save_prepared  # noqa: E402
+
+log = logging.getLogger("distill_draft")
+
+
+def main(snakemake):
+    with log_to(snakemake.log[0]):
+        torch.set_num_threads(snakemake.threads)
+        settings = DistillSettings(**snakemake.params.settings)
+        student, tokenizer = load_model(snakemake.input.init, dtype="float32")
+        sequences, tensors = load_teacher_data(snakemake.input.teacher)
+        log.info("distilling %s (%d layers) on %d sequences: %s", snakemake.wildcards.distilled,
+                 student.config.num_hidden_layers, len(sequences), settings)
+        curve = distill(student, sequences, tensors, settings, Path(snakemake.params.checkpoints), log=log.info)
+        write_csv(curve, snakemake.output.loss)
+        fig, ax = plt.subplots(figsize=(6, 3.5))
+        ax.plot(curve["step"], curve["loss"], marker=".", linewidth=1)
+        ax.set_xlabel("step")
+        ax.set_ylabel("KL(target || draft), top-k")
+        ax.set_title(f"distillation of {snakemake.wildcards.distilled}")
+        fig.tight_layout()
+        with atomic_path(snakemake.output.plot) as tmp:
+            fig.savefig(tmp, dpi=120, format="png")
+        plt.close(fig)
+        init = read_manifest(snakemake.input.init)
+        source = {"source": "distilled", "from": str(snakemake.input.init), "from_source": init.get("source"),
+                  "settings": snakemake.params.settings, "final_loss": float(curve["loss"].iloc[-1]),
+                  "first_loss": float(curve["loss"].iloc[0]), "training_sequences": len(sequences)}
+        save_prepared(student, tokenizer, snakemake.output.model, source)
+
+
+if "snakemake" in globals():
+    main(snakemake)  # noqa: F821
