@@ -120,3 +120,53 @@ def roofline(profiles: pd.DataFrame, bandwidth_bytes_per_second: float, target: 
                      "decode_seconds": None if decoded is None or pd.isna(decoded) else float(decoded),
                      "decode_over_floor": None if decoded is None or pd.isna(decoded) else float(decoded) / floor})
     return pd.DataFrame(rows)
+
+
+DRAFTS_COLUMNS = ["draft", "kind", "draft_layers", "target_layers", "depth_ratio", "param_ratio", "c_measured",
+                  "c_predicted", "domain", "k", "acceptance", "tokens_per_pass", "speedup_median"]
+
+
+def draft_shapes(draft_specs: dict[str, dict], profile_shapes: dict, target: str) -> dict:
+    """The ModelShape each draft runs per step (None for a draft without a model): its own profiled shape, or the
+    target's with fewer layers for an early exit."""
+    from dataclasses import replace
+
+    shapes = {}
+    for name, spec in draft_specs.items():
+        kind = spec.get("kind", "model")
+        if kind == "model":
+            shapes[name] = profile_shapes[spec["model"]]
+        elif kind in ("truncated", "distilled"):
+            shapes[name] = profile_shapes[name]
+        elif kind == "early_exit":
+            shapes[name] = replace(profile_shapes[target], n_layers=int(spec["layers"]))
+        else:
+            shapes[name] = None
+    return shapes
+
+
+def drafts_table(costmodel: pd.DataFrame, draft_specs: dict[str, dict], shapes: dict, target_shape,
+                 predict_c) -> pd.DataFrame:
+    """The depth sweep: per (draft, domain, k) the draft's depth and parameter (step bytes) ratios to the target, c
+    measured in the decode runs and predicted by the cost-model fit (`predict_c(shape)`), acceptance, tokens per
+    pass and the measured median speedup."""
+    rows = []
+    for r in costmodel.itertuples():
+        shape = shapes[r.draft]
+        rows.append({
+            "draft": r.draft, "kind": draft_specs[r.draft].get("kind", "model"),
+            "draft_layers": shape.n_layers if shape else 0, "target_layers": target_shape.n_layers,
+            "depth_ratio": shape.n_layers / target_shape.n_layers if shape else 0.0,
+            "param_ratio": shape.step_bytes / target_shape.step_bytes if shape else 0.0,
+            "c_measured": r.c_measured, "c_predicted": predict_c(shape) if shape else 0.0,
+            "domain": r.domain, "k": r.k, "acceptance": r.acceptance, "tokens_per_pass": r.tokens_per_pass,
+            "speedup_median": r.measured_speedup,
+        })
+    return pd.DataFrame(rows, columns=DRAFTS_COLUMNS)
+
+
+def best_per_domain(drafts: pd.DataFrame) -> pd.DataFrame:
+    """The draft and k with the highest median speedup in each domain."""
+    best = drafts.loc[drafts.groupby("domain")["speedup_median"].idxmax()]
+    return best[["domain", "draft", "kind", "k", "acceptance", "tokens_per_pass", "speedup_median"]].reset_index(
+        drop=True)

@@ -70,6 +70,10 @@ rule costmodel:
                           category="Cost model"),
         audit_plot=report("results/plots/predicted_vs_measured.png", caption="../report/predicted_vs_measured.rst",
                           category="Cost model"),
+        drafts=report("results/tables/drafts.csv", caption="../report/drafts.rst", category="Drafts"),
+        best="results/tables/best_drafts.csv",
+        drafts_plot=report("results/plots/drafts_vs_depth.png", caption="../report/drafts_vs_depth.rst",
+                           category="Drafts"),
     params:
         target=config["target"],
         draft_specs={name: draft_spec(name) for name in config["drafts"]},

@@ -13,10 +13,12 @@ import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 
 from specdec.analysis import to_markdown  # noqa: E402
-from specdec.costmodel import ModelShape, audited_step_timings, depth_vs_parameters_verdict, fit_cost_model  # noqa: E402
+from specdec.costmodel import (ModelShape, audited_step_timings, depth_vs_parameters_verdict, fit_cost_model,  # noqa: E402
+                               predict_draft_cost_ratio)
 from specdec.io import atomic_path, write_csv, write_text  # noqa: E402
 from specdec.logs import log_to  # noqa: E402
-from specdec.prediction import profiled_costmodel_table, roofline  # noqa: E402
+from specdec.prediction import (best_per_domain, draft_shapes, drafts_table, profiled_costmodel_table,  # noqa: E402
+                                roofline)
 
 log = logging.getLogger("costmodel")
 
@@ -89,6 +91,28 @@ def audit_plot(table: pd.DataFrame, tolerance: float, path) -> None:
     plt.close(fig)
 
 
+def drafts_plot(drafts: pd.DataFrame, path) -> None:
+    """Speedup and c against the depth ratio and against the parameter ratio, best k per (draft, domain)."""
+    best_k = drafts.loc[drafts.groupby(["draft", "domain"])["speedup_median"].idxmax()]
+    fig, axes = plt.subplots(2, 2, figsize=(10, 7.5))
+    for col, ratio in enumerate(["depth_ratio", "param_ratio"]):
+        sns.scatterplot(best_k, x=ratio, y="speedup_median", hue="domain", style="kind", ax=axes[0, col], s=60)
+        axes[0, col].axhline(1.0, color="grey", linestyle="--", linewidth=1)
+        axes[0, col].set_ylabel("median speedup (best k)")
+        per_draft = drafts.groupby("draft").first().reset_index()
+        sns.scatterplot(per_draft, x=ratio, y="c_measured", hue="kind", ax=axes[1, col], s=60, marker="o")
+        axes[1, col].scatter(per_draft[ratio], per_draft["c_predicted"], marker="x", color="black",
+                             label="c predicted")
+        limit = max(per_draft[ratio].max(), 0.05) * 1.1
+        axes[1, col].plot([0, limit], [0, limit], color="grey", linewidth=1, label="c = ratio")
+        axes[1, col].set_ylabel("c (draft step / target step)")
+        axes[1, col].legend(fontsize=7)
+    fig.tight_layout()
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, dpi=120, format="png")
+    plt.close(fig)
+
+
 def main(snakemake):
     with log_to(snakemake.log[0]):
         inputs, outputs, params = snakemake.input, snakemake.output, snakemake.params
@@ -106,6 +130,12 @@ def main(snakemake):
         table = profiled_costmodel_table(profiles, steps, sequences, params.target, dict(params.draft_specs))
         log.info("audit:\n%s", table.to_string(index=False))
 
+        shapes_by_draft = draft_shapes(dict(params.draft_specs), shapes, params.target)
+        drafts = drafts_table(table, dict(params.draft_specs), shapes_by_draft, target,
+                              lambda shape: predict_draft_cost_ratio(fit, shape, target))
+        write_csv(drafts, outputs.drafts)
+        write_csv(best_per_domain(drafts), outputs.best)
+        drafts_plot(drafts, outputs.drafts_plot)
         write_csv(table, outputs.table)
         write_csv(fit.terms, outputs.terms)
         write_csv(fit.verify, outputs.verify)
