@@ -417,6 +417,20 @@ COSTMODEL_COLUMNS = ["draft", "domain", "k", "acceptance", "tokens_per_pass", "c
                      "rel_error_with_prefill"]
 
 
+def pooled_rates(sequences: pd.DataFrame, keys: Sequence[str] = AUDIT_KEYS) -> pd.DataFrame:
+    """Per group: acceptance and tokens per pass pooled over the speculative sequences (as in the study table),
+    mean sequence length, prompts, and the measured median speedup over prompts x repeats."""
+    keys = list(keys)
+    spec = sequences[sequences["method"] == "speculative"]
+    pooled = spec.groupby(keys).agg(accepted=("accepted", "sum"), drafted=("drafted", "sum"),
+                                    tokens=("n_tokens", "sum"), passes=("target_passes", "sum"),
+                                    n_tokens=("n_tokens", "mean"), n_prompts=("prompt_id", "nunique")).reset_index()
+    pooled["acceptance"] = pooled["accepted"] / pooled["drafted"]
+    pooled["tokens_per_pass"] = pooled["tokens"] / pooled["passes"]
+    measured = speedup_pairs(sequences).groupby(keys)["speedup"].median().rename("measured_speedup").reset_index()
+    return pooled.merge(measured, on=keys)
+
+
 def _with_prefill(row) -> float:
     """Whole-sequence prediction: both methods pay the target's prompt pass, the speculative one also the draft's;
     the remaining n_tokens - 1 tokens cost one step each in the baseline and block / tokens-per-pass otherwise."""
@@ -441,14 +455,7 @@ def costmodel_table(steps: pd.DataFrame, sequences: pd.DataFrame, setting: str |
         steps, sequences = steps[steps["setting"] == setting], sequences[sequences["setting"] == setting]
     keys = list(AUDIT_KEYS)
     audit = audited_step_timings(steps)
-    spec = sequences[sequences["method"] == "speculative"]
-    pooled = spec.groupby(keys).agg(accepted=("accepted", "sum"), drafted=("drafted", "sum"),
-                                    n_tokens_sum=("n_tokens", "sum"), passes=("target_passes", "sum"),
-                                    n_tokens=("n_tokens", "mean")).reset_index()
-    pooled["acceptance"] = pooled["accepted"] / pooled["drafted"]
-    pooled["tokens_per_pass"] = pooled["n_tokens_sum"] / pooled["passes"]
-    measured = speedup_pairs(sequences).groupby(keys)["speedup"].median().rename("measured_speedup").reset_index()
-    table = audit.merge(pooled, on=keys).merge(measured, on=keys)
+    table = audit.merge(pooled_rates(sequences), on=keys)
     table["predicted_speedup"] = [
         predicted_speedup(r.decode_tokens_per_pass, r.target_step_seconds, r.draft_step_seconds, r.verify_seconds,
                           r.catchup_call_seconds, r.catchup_rate, k=int(r.k)) for r in table.itertuples()]

@@ -11,8 +11,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from .analysis import speedup_pairs
-from .costmodel import AUDIT_KEYS, audited_step_timings, predicted_speedup
+from .costmodel import AUDIT_KEYS, audited_step_timings, pooled_rates, predicted_speedup
 
 COSTMODEL_COLUMNS = ["draft", "domain", "k", "acceptance", "tokens_per_pass", "c", "verify_cost_ratio",
                      "predicted_speedup", "measured_speedup", "rel_error"]
@@ -61,15 +60,8 @@ def profiled_costmodel_table(profiles: pd.DataFrame, steps: pd.DataFrame, sequen
     steps, sequences = steps[steps["setting"] == setting], sequences[sequences["setting"] == setting]
     keys = list(AUDIT_KEYS)
     audit = audited_step_timings(steps)
-    spec = sequences[sequences["method"] == "speculative"]
-    pooled = spec.groupby(keys).agg(accepted=("accepted", "sum"), drafted=("drafted", "sum"),
-                                    tokens=("n_tokens", "sum"), passes=("target_passes", "sum"),
-                                    n_tokens=("n_tokens", "mean"), n_prompts=("prompt_id", "nunique")).reset_index()
-    pooled["acceptance"] = pooled["accepted"] / pooled["drafted"]
-    pooled["tokens_per_pass"] = pooled["tokens"] / pooled["passes"]
-    measured = speedup_pairs(sequences).groupby(keys)["speedup"].median().rename("measured_speedup").reset_index()
     audit = audit.rename(columns={"c": "c_measured", "verify_cost_ratio": "verify_cost_ratio_measured"})
-    table = audit.merge(pooled, on=keys).merge(measured, on=keys)
+    table = audit.merge(pooled_rates(sequences, keys), on=keys)
 
     target_forward = forward_seconds(profiles).loc[target]
     costs = draft_costs(profiles, target, draft_specs)
