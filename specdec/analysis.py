@@ -89,13 +89,15 @@ def reproduction_table(first: pd.DataFrame, rerun: pd.DataFrame) -> pd.DataFrame
     keys = ["draft", "domain", "k"]
     rows = []
     for key, again in rerun.groupby(keys):
-        before = first.set_index(keys).loc[key].reset_index()
-        spec_before = before[before["method"] == "speculative"].set_index("prompt_id")
+        before = first.set_index(keys).loc[[key]].reset_index()
+        spec_before = before[before["method"] == "speculative"]
         spec_again = again[again["method"] == "speculative"]
-        same_tokens = all(list(r.tokens) == list(spec_before.loc[r.prompt_id, "tokens"])
-                          for r in spec_again.itertuples())
+        # greedy: every repeat of every run must decode the first run's tokens for that prompt
+        reference = {r.prompt_id: list(r.tokens) for r in spec_before.itertuples()}
+        same_tokens = all(list(r.tokens) == reference.get(r.prompt_id) for r in spec_again.itertuples())
+        same_tokens &= all(list(r.tokens) == reference[r.prompt_id] for r in spec_before.itertuples())
         pooled = {}
-        for name, frame in (("first", spec_before.reset_index()), ("rerun", spec_again)):
+        for name, frame in (("first", spec_before), ("rerun", spec_again)):
             # every repeat of a greedy rerun decodes the same tokens, so pool one repeat for the rates
             frame = frame[frame["repeat"] == frame["repeat"].min()]
             pooled[f"acceptance_{name}"] = frame["accepted"].sum() / frame["drafted"].sum()
