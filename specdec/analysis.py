@@ -83,13 +83,16 @@ def judge_distribution_checks(checks: pd.DataFrame, alpha: float) -> pd.DataFram
 
 
 def reproduction_table(first: pd.DataFrame, rerun: pd.DataFrame) -> pd.DataFrame:
-    """Per (draft, domain, k): acceptance and tokens per pass of the first run and of a rerun (which must agree
-    exactly, as must every speculative sequence's tokens), and the rerun's wall speedups: median, spread across
+    """Per (draft, domain, k), over the prompts the rerun covered: acceptance and tokens per pass of the first run
+    and of the rerun (which must agree exactly, as must every speculative sequence's tokens), and the rerun's wall
+    speedups: median, spread across
     prompts x repeats (min, quartiles, max) and the median of each repeat."""
     keys = ["draft", "domain", "k"]
     rows = []
     for key, again in rerun.groupby(keys):
         before = first.set_index(keys).loc[[key]].reset_index()
+        # A rerun may cover the first N prompts only (reproduce.prompts_per_domain): compare those prompts.
+        before = before[before["prompt_id"].isin(set(again["prompt_id"]))]
         spec_before = before[before["method"] == "speculative"]
         spec_again = again[again["method"] == "speculative"]
         # greedy: every repeat of every run must decode the first run's tokens for that prompt

@@ -49,6 +49,8 @@ def _build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--no-chat-template", action="store_true",
                      help="feed the prompt as is, even if the tokenizer has a chat template")
     gen.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32", help="(default float32)")
+    gen.add_argument("--draft-dtype", choices=("float32", "bfloat16"), default=None,
+                     help="the draft's dtype (default: --dtype); exactness does not depend on it")
     gen.add_argument("--device", default="cpu", help="torch device (default cpu)")
     gen.add_argument("--threads", type=int, default=None, metavar="N", help="torch CPU threads")
     gen.add_argument("--no-weight-major", action="store_true",
@@ -82,17 +84,16 @@ def _status(msg: str) -> None:
     print(f"specdec: {msg}", file=sys.stderr, flush=True)
 
 
-def _load(path: str, role: str, args: argparse.Namespace):
-    from specdec.models import load_model, read_manifest
+def _load(path: str, role: str, args: argparse.Namespace, dtype: str):
+    from specdec.models import read_manifest
+    from specdec.study import Runtime, load_for_decoding
 
     read_manifest(path)  # a clear InvalidModelDirError for a missing or unprepared directory
     start = time.perf_counter()
-    model, tok = load_model(path, dtype=args.dtype, device=args.device)
-    if args.device == "cpu" and not args.no_weight_major:
-        from specdec.kernels import use_weight_major_linear
-
-        use_weight_major_linear(model)
-    _status(f"loaded {role} {path} ({args.dtype}) in {time.perf_counter() - start:.1f} s")
+    runtime = Runtime(dtype=dtype, device=args.device,
+                      linear_kernel="default" if args.no_weight_major else "weight_major")
+    model, tok = load_for_decoding(path, runtime)
+    _status(f"loaded {role} {path} ({dtype}) in {time.perf_counter() - start:.1f} s")
     return model, tok
 
 
@@ -125,10 +126,10 @@ def _generate(args: argparse.Namespace) -> int:
     if args.draft is not None:
         read_manifest(args.draft)
 
-    target, tok = _load(args.target, "target", args)
+    target, tok = _load(args.target, "target", args, args.dtype)
     draft = None
     if args.draft is not None:
-        draft, draft_tok = _load(args.draft, "draft", args)
+        draft, draft_tok = _load(args.draft, "draft", args, args.draft_dtype or args.dtype)
         check_same_vocabulary(tok, draft_tok, args.target, args.draft)
     input_ids = _prompt_ids(args, tok)
     sampling = dict(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, seed=args.seed)

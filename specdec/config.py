@@ -29,6 +29,10 @@ def check_config_semantics(config: dict) -> None:
     """Cross-references the JSON schema cannot check."""
     models = config["models"]
     kinds = config.get("draft_kinds") or {}
+
+    def kind_of(name):
+        return kinds.get(name, {"kind": "model"})["kind"]
+
     if config["target"] not in models:
         raise ConfigError(f"config key 'target': model {config['target']!r} is not defined under 'models' "
                           f"(defined: {sorted(models)})")
@@ -43,24 +47,26 @@ def check_config_semantics(config: dict) -> None:
             raise ConfigError(f"config key 'draft_kinds.{name}': the name is already a model under 'models'")
         if spec["kind"] in ("model", "truncated", "distilled") and spec["model"] not in models:
             raise ConfigError(f"config key 'draft_kinds.{name}.model': {spec['model']!r} is not under 'models'")
+        if "dtype" in spec and spec["kind"] not in ("model", "truncated", "distilled"):
+            raise ConfigError(f"config key 'draft_kinds.{name}.dtype': a {spec['kind']!r} draft has no weights of "
+                              "its own to cast (dtype applies to kinds model, truncated and distilled)")
     for domain, spec in config["domains"].items():
         for entry in spec["sources"]:
             if entry["set"] not in config["prompt_sources"]:
                 raise ConfigError(f"config key 'domains.{domain}.sources': prompt set {entry['set']!r} is not "
                                   f"defined under 'prompt_sources' (defined: {sorted(config['prompt_sources'])})")
     for name in (config.get("distribution_check") or {}).get("drafts") or []:
-        spec = kinds.get(name, {"kind": "model"})
-        if name not in config["drafts"] or spec["kind"] not in ("model", "truncated"):
-            raise ConfigError(f"config key 'distribution_check.drafts': {name!r} is not one of 'drafts' that loads a "
-                              "model (kind 'model' or 'truncated')")
+        if name not in config["drafts"] and name not in kinds or kind_of(name) not in ("model", "truncated"):
+            raise ConfigError(f"config key 'distribution_check.drafts': {name!r} is not a draft (under 'drafts' or "
+                              "'draft_kinds') that loads a model (kind 'model' or 'truncated')")
     for name in (config.get("profiling") or {}).get("extra_models") or []:
         if name not in models:
             raise ConfigError(f"config key 'profiling.extra_models': {name!r} is not under 'models'")
     peers = config.get("peers") or {}
     for name in peers.get("drafts") or []:
-        if name not in config["drafts"] or kinds.get(name, {"kind": "model"})["kind"] != "model":
-            raise ConfigError(f"config key 'peers.drafts': {name!r} is not one of 'drafts' of kind 'model' "
-                              "(assisted generation takes a model)")
+        if name not in config["drafts"] and name not in kinds or kind_of(name) != "model":
+            raise ConfigError(f"config key 'peers.drafts': {name!r} is not a draft (under 'drafts' or 'draft_kinds') "
+                              "of kind 'model' (assisted generation takes a model)")
     for domain in peers.get("domains") or []:
         if domain not in config["domains"]:
             raise ConfigError(f"config key 'peers.domains': {domain!r} is not under 'domains'")

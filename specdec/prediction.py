@@ -15,8 +15,8 @@ from .costmodel import AUDIT_KEYS, audited_step_timings, pooled_rates, predicted
 
 COSTMODEL_COLUMNS = ["draft", "domain", "k", "acceptance", "tokens_per_pass", "c", "verify_cost_ratio",
                      "predicted_speedup", "measured_speedup", "rel_error"]
-EXTRA_COLUMNS = ["c_measured", "verify_cost_ratio_measured", "predicted_decode_speedup", "prefill_share",
-                 "n_prompts"]
+EXTRA_COLUMNS = ["c_measured", "verify_cost_ratio_measured", "predicted_speedup_pooled", "predicted_decode_speedup",
+                 "prefill_share", "drafted_per_block", "n_prompts"]
 
 
 def forward_seconds(profiles: pd.DataFrame) -> pd.Series:
@@ -54,23 +54,53 @@ def draft_costs(profiles: pd.DataFrame, target: str, draft_specs: dict[str, dict
 def profiled_costmodel_table(profiles: pd.DataFrame, steps: pd.DataFrame, sequences: pd.DataFrame, target: str,
                              draft_specs: dict[str, dict], setting: str = "greedy") -> pd.DataFrame:
     """One row per (draft, domain, k): measured acceptance and tokens per pass; c = T_draft(1) / T_target(1) and
-    verify_cost_ratio = T_target(k + 1) / T_target(1) from the profiles; predicted_speedup = whole sequences
-    (measured prompt passes + n - 1 tokens at the profiled per-token costs); measured_speedup: median over prompts x
-    repeats of baseline / speculative seconds; rel_error = predicted / measured - 1."""
+    verify_cost_ratio = T_target(k + 1) / T_target(1) from the profiles.
+
+    predicted_speedup prices each sequence as it ran: its measured prompt passes, then n - 1 tokens in blocks at the
+    profiled costs of what each block did (the draft calls it made, a verify pass over its positions, the catch-up
+    call). It is the median over prompts x repeats of the per-sequence predictions, as measured_speedup is the median
+    of the per-sequence measured ratios: acceptance varies a lot between prompts, and the speedup is not linear in it,
+    so a prediction from pooled rates (predicted_speedup_pooled) is biased where the spread is wide.
+    predicted_decode_speedup is the issue's closed form (k draft steps, one verify over k + 1 positions) at the pooled
+    rates. rel_error = predicted / measured - 1."""
     steps, sequences = steps[steps["setting"] == setting], sequences[sequences["setting"] == setting]
     keys = list(AUDIT_KEYS)
-    audit = audited_step_timings(steps)
-    audit = audit.rename(columns={"c": "c_measured", "verify_cost_ratio": "verify_cost_ratio_measured"})
-    table = audit.merge(pooled_rates(sequences, keys), on=keys)
-
     target_forward = forward_seconds(profiles).loc[target]
     costs = draft_costs(profiles, target, draft_specs)
+    cells = _profiled_predictions(steps, sequences, keys, target_forward, costs)
+    per_sequence = _profiled_predictions(steps, sequences, keys + ["prompt_id", "repeat"], target_forward, costs,
+                                         cells.set_index(keys)["draft_step_seconds"])
+    table = cells.rename(columns={"predicted_speedup": "predicted_speedup_pooled"})
+    table = table.merge(per_sequence.groupby(keys)["predicted_speedup"].median().reset_index(), on=keys)
+    table["rel_error"] = table["predicted_speedup"] / table["measured_speedup"] - 1
+    return table[COSTMODEL_COLUMNS + EXTRA_COLUMNS].sort_values(keys).reset_index(drop=True)
+
+
+def _profiled_predictions(steps: pd.DataFrame, sequences: pd.DataFrame, keys: list[str], target_forward: pd.Series,
+                          costs: dict, cell_proposal_seconds: pd.Series | None = None) -> pd.DataFrame:
+    """Per group of `keys`: the audited timings, pooled rates and the speedup the profiled costs predict.
+    cell_proposal_seconds: per (draft, domain, k), the measured proposal time per token of a draft without a model,
+    used when a group is a single sequence (which may have proposed nothing)."""
+    audit = audited_step_timings(steps, keys)
+    audit = audit.rename(columns={"c": "c_measured", "verify_cost_ratio": "verify_cost_ratio_measured"})
+    table = audit.merge(pooled_rates(sequences, keys), on=keys)
+    # Blocks as they ran: the draft stops at an EOS and the last blocks of a sequence draft only what the token
+    # budget leaves, so a block drafts fewer than k tokens on average and its verify pass covers drafted + 1
+    # positions. Each block is priced at the profiled cost of what it did.
+    blocks = steps[(steps["method"] == "speculative") & (steps["kind"] == "block")]
+    blocks = blocks.assign(profiled_verify=blocks["positions"].map(target_forward))
+    per_block = blocks.groupby(keys).agg(drafted_per_block=("drafted", "mean"),
+                                         verify_per_block=("profiled_verify", "mean"))
+    table = table.merge(per_block.reset_index(), on=keys, how="left")
     rows = []
     for r in table.itertuples():
         k, t1 = int(r.k), float(target_forward.loc[1])
         draft = costs.get(r.draft)
         if draft is None:  # no model: the proposal's own measured time per token, and no catch-up call
-            t_draft, t_catchup = float(r.draft_step_seconds), float(r.draft_step_seconds)
+            t_draft = float(r.draft_step_seconds)
+            if cell_proposal_seconds is not None:
+                t_draft = float(cell_proposal_seconds.loc[(r.draft, r.domain, r.k)])
+            t_catchup = t_draft
         else:
             t_draft, t_catchup = float(draft.loc[1]), float(draft.loc[2])
         t_verify = float(target_forward.loc[k + 1])
@@ -78,16 +108,15 @@ def profiled_costmodel_table(profiles: pd.DataFrame, steps: pd.DataFrame, sequen
         # Whole sequences: both pay the target's prompt pass, speculative also the draft's; then n - 1 tokens.
         rest = r.n_tokens - 1
         baseline = r.prefill_target_seconds + rest * t1
-        block = k * t_draft + t_verify + r.catchup_rate * (t_catchup - t_draft)
-        speculative = r.prefill_target_seconds + (r.prefill_draft_seconds or 0.0) + rest / r.decode_tokens_per_pass * block
+        block = r.drafted_per_block * t_draft + r.verify_per_block + r.catchup_rate * (t_catchup - t_draft)
+        prefill_draft = 0.0 if pd.isna(r.prefill_draft_seconds) else r.prefill_draft_seconds
+        speculative = r.prefill_target_seconds + prefill_draft + rest / r.decode_tokens_per_pass * block
         rows.append({
             "c": t_draft / t1, "verify_cost_ratio": t_verify / t1,
             "predicted_speedup": baseline / speculative, "predicted_decode_speedup": decode,
             "prefill_share": r.prefill_target_seconds / baseline,
         })
-    table = pd.concat([table.reset_index(drop=True), pd.DataFrame(rows)], axis=1)
-    table["rel_error"] = table["predicted_speedup"] / table["measured_speedup"] - 1
-    return table[COSTMODEL_COLUMNS + EXTRA_COLUMNS].sort_values(keys).reset_index(drop=True)
+    return pd.concat([table.reset_index(drop=True), pd.DataFrame(rows)], axis=1)
 
 
 def roofline(profiles: pd.DataFrame, bandwidth_bytes_per_second: float, target: str,

@@ -8,7 +8,7 @@ token on the spot and any divergence is diagnosed while the models are loaded (s
 from __future__ import annotations
 
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Callable
 
 import pandas as pd
@@ -18,7 +18,7 @@ from .decode import DecodeResult, generate_baseline, generate_speculative
 from .diagnose import diagnose_divergence
 from .draft_kinds import EarlyExitDraft, PromptLookupDraft
 from .drafts import ModelDraft
-from .kernels import use_weight_major_linear
+from .kernels import use_row_adaptive_bf16_linear, use_weight_major_linear
 from .lm import eos_ids_of, vocab_size_of
 from .models import check_same_vocabulary, load_model
 
@@ -56,9 +56,30 @@ def load_for_decoding(model_dir, runtime: Runtime):
     if runtime.device == "cuda" and not torch.cuda.is_available():
         raise RuntimeError("config runtime.device is 'cuda' but torch sees no CUDA device")
     model, tokenizer = load_model(model_dir, dtype=runtime.dtype, device=runtime.device)
+    # Weight-major pays off for fp32 only: torch's bf16 products of 2-9 rows are faster as shipped; bf16 products
+    # of many rows (a prompt pass) run on an fp32 copy instead (README, Performance).
     if runtime.linear_kernel == "weight_major" and runtime.device == "cpu":
-        use_weight_major_linear(model)
+        if runtime.dtype == "float32":
+            use_weight_major_linear(model)
+        elif runtime.dtype == "bfloat16":
+            use_row_adaptive_bf16_linear(model)
     return model, tokenizer
+
+
+def draft_runtime(spec: dict, runtime: Runtime) -> Runtime:
+    """The runtime a draft model loads with: the study's, in the draft's own dtype where its spec names one. The
+    draft's precision never touches exactness (the rule uses the q the draft actually computed), only its speed
+    and acceptance."""
+    return replace(runtime, dtype=spec.get("dtype") or runtime.dtype)
+
+
+def load_draft_model(name: str, spec: dict, draft_dir, target_tokenizer, runtime: Runtime):
+    """A draft's prepared model, loaded in its runtime; its tokenizer must equal the target's."""
+    if not draft_dir:
+        raise ValueError(f"draft {name!r} of kind {spec.get('kind', 'model')!r} needs a prepared model directory")
+    model, tokenizer = load_for_decoding(draft_dir, draft_runtime(spec, runtime))
+    check_same_vocabulary(target_tokenizer, tokenizer, "target", name)
+    return model
 
 
 def make_draft(name: str, spec: dict, target, target_tokenizer, draft_dir, runtime: Runtime):
@@ -66,10 +87,7 @@ def make_draft(name: str, spec: dict, target, target_tokenizer, draft_dir, runti
     kind = spec.get("kind", "model")
     min_confidence = spec.get("min_confidence")
     if kind in ("model", "truncated", "distilled"):
-        if not draft_dir:
-            raise ValueError(f"draft {name!r} of kind {kind!r} needs a prepared model directory")
-        model, tokenizer = load_for_decoding(draft_dir, runtime)
-        check_same_vocabulary(target_tokenizer, tokenizer, "target", name)
+        model = load_draft_model(name, spec, draft_dir, target_tokenizer, runtime)
         return ModelDraft(model, min_confidence=min_confidence)
     if kind == "prompt_lookup":
         return PromptLookupDraft(vocab_size_of(target), spec.get("ngram_max", 3), spec.get("ngram_min", 1),

@@ -139,7 +139,8 @@ def build_tiny_study(root: Path, k: list[int] | None = None, drafts: int = 1) ->
         "distillation": {"prompts_per_domain": 1, "seed": 1, "new_tokens": 6, "top_k": 8,
                          "training": {"steps": 3, "batch_size": 1, "learning_rate": 1e-3}},
         "peers": {"k": [3], "prompts_per_domain": 1, "repeats": 1, "domains": ["code"]},
-        "reproduce": {"drafts": ["tiny-draft0"], "domains": ["code"], "k": [(k or [1, 3])[0]], "repeats": 2},
+        "reproduce": {"drafts": ["tiny-draft0"], "domains": ["code"], "k": [(k or [1, 3])[0]], "repeats": 2,
+                      "prompts_per_domain": 1},
         "profiling": {"context_length": 16, "repeats": 3, "warmup": 1, "n_boot": 50, "audit_tolerance": 0.10,
                       "extra_models": ["tiny-wide"]},
     }

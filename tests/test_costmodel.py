@@ -274,10 +274,13 @@ def test_profiled_costmodel_table_by_hand():
         "draft", "domain", "k", "acceptance", "tokens_per_pass", "c", "verify_cost_ratio", "predicted_speedup",
         "measured_speedup", "rel_error"]
     assert row["c"] == pytest.approx(0.2) and row["verify_cost_ratio"] == pytest.approx(2.0)  # T(4) / T(1)
-    block = 3 * 0.02 + 0.20 + 0.5 * (0.03 - 0.02)
+    block = 3 * 0.02 + 0.20 + 0.5 * (0.03 - 0.02)  # the formula: k draft steps, a verify over k + 1
     assert row["predicted_decode_speedup"] == pytest.approx(2.75 * 0.10 / block)
+    # Whole sequences price the blocks as they ran: 3, 3, 3 and 1 drafted; verify over 4, 4, 4 and 2 positions.
+    assert row["drafted_per_block"] == pytest.approx(2.5)
+    block_as_run = 2.5 * 0.02 + (3 * 0.20 + 0.12) / 4 + 0.5 * (0.03 - 0.02)
     baseline = 1.1 + 11 * 0.10
-    assert row["predicted_speedup"] == pytest.approx(baseline / (1.1 + 0.5 + 11 / 2.75 * block))
+    assert row["predicted_speedup"] == pytest.approx(baseline / (1.1 + 0.5 + 11 / 2.75 * block_as_run))
     assert row["rel_error"] == pytest.approx(row["predicted_speedup"] / row["measured_speedup"] - 1)
     assert row["c_measured"] == pytest.approx(0.04 / 0.11)
     # An early exit after 1 of the target's 3 layers costs the forward minus the 2 skipped layers.

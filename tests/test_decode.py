@@ -1,10 +1,13 @@
 """The decoding loops: greedy identity, EOS inside a block, exact lengths, determinism, KV rollback, bad input."""
 
+import copy
+
 import pytest
 import torch
 
 from specdec.decode import VocabularyMismatchError, generate_baseline, generate_speculative
 from specdec.drafts import ModelDraft
+from specdec.kernels import use_row_adaptive_bf16_linear
 from specdec.lm import CachedLM
 from specdec.testing import perturbed_copy, tiny_qwen2
 
@@ -41,6 +44,9 @@ def _drafts(target):
         "unrelated": tiny_qwen2(vocab_size=VOCAB, seed=7),
         "mostly agrees": perturbed_copy(target, noise=0.01),
         "target itself": target,
+        # The draft's precision is free: the rule uses the q it computed, so a bf16 copy keeps the identity (run as
+        # the study runs a bf16 draft: prompt passes of more than 8 rows on an fp32 copy of its weights).
+        "target in bfloat16": use_row_adaptive_bf16_linear(copy.deepcopy(target).to(torch.bfloat16)),
     }
 
 
@@ -75,6 +81,7 @@ def test_greedy_speculative_equals_greedy_baseline(target, prompts, eos_token, w
               f"{eos_in_block}; baselines ended by EOS: {ended_by_eos}")
         # The three drafts really are the intended kinds, so the identity is tested across acceptance regimes.
         assert mean["unrelated"] < 0.2 < mean["mostly agrees"] < 0.95 <= mean["target itself"]
+        assert mean["target in bfloat16"] > 0.5
         if eos is not None:
             assert ended_by_eos >= 3 and eos_in_block >= 3
     finally:

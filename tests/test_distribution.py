@@ -19,7 +19,7 @@ from specdec.stats import chi_square_gof
 from specdec.testing import perturbed_copy, tiny_qwen2
 
 ALPHA = 0.01
-FAMILY_SIZE = 8  # 5 one-step (p, q) pairs + 2 end-to-end settings + 1 memoised-pair check
+FAMILY_SIZE = 9  # 5 one-step (p, q) pairs + 2 end-to-end settings + 2 memoised-pair checks (fp32 and bf16 draft)
 THRESHOLD = ALPHA / FAMILY_SIZE
 ONE_STEP_SAMPLES = 20_000
 END_TO_END_SAMPLES = 20_000
@@ -178,14 +178,16 @@ def test_end_to_end_test_rejects_wrong_sampler():
 MEMO_SAMPLES = 3_000
 
 
-def _memoised_pair(k_tokens=3):
+def _memoised_pair(k_tokens=3, draft_dtype=torch.float32):
     target = tiny_qwen2(vocab_size=512, hidden_size=16, seed=5, init_std=0.3)
-    draft = perturbed_copy(target, noise=0.1, seed=6)  # overlapping supports, so rejections draw residuals
+    # overlapping supports, so rejections draw residuals; a bf16 draft is how the study runs a cheaper draft
+    draft = perturbed_copy(target, noise=0.1, seed=6).to(draft_dtype)
     return MemoisedPair(target, draft, torch.tensor([[7, 300, 12, 45]]), SamplingConfig(1.0, top_k=5), k_tokens)
 
 
-def test_memoised_pair_samples_follow_the_target_and_reject_the_wrong_sampler():
-    pair = _memoised_pair()
+@pytest.mark.parametrize("draft_dtype", [torch.float32, torch.bfloat16], ids=["fp32-draft", "bf16-draft"])
+def test_memoised_pair_samples_follow_the_target_and_reject_the_wrong_sampler(draft_dtype):
+    pair = _memoised_pair(draft_dtype=draft_dtype)
     assert len(pair.exact) == 125 and abs(sum(pair.exact.values()) - 1.0) < 1e-9
     # the loop runs on the union of supports only: far fewer tokens than the vocabulary
     assert len(pair.kept) < 512

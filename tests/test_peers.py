@@ -26,11 +26,14 @@ def test_default_linear_swaps_back_and_forth():
 
 def test_hf_generate_and_assisted_match_our_greedy_tokens():
     target, draft = _pair()
+    bf16_draft = perturbed_copy(draft, noise=0.0).to(torch.bfloat16)
     for prompt in ([3, 10, 20, 30, 11], [5, 6, 7]):
         ids = torch.tensor([prompt])
         ours = generate_baseline(target, ids, 10).tokens
         assert hf_generate(target, ids, 10, {2})[0] == ours
         assert hf_generate(target, ids, 10, {2}, draft=draft, k=3)[0] == ours
+        # a draft held in bf16 (config `dtype: bfloat16`) next to an fp32 target: assisted generation takes it too
+        assert hf_generate(target, ids, 10, {2}, draft=bf16_draft, k=3)[0] == ours
 
 
 def test_run_peers_job_rows_and_table():

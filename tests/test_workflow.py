@@ -27,6 +27,13 @@ def snakemake(workdir: Path, *args: str, configfile: Path | None = None) -> subp
     return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=900)
 
 
+# Full tiny runs use both cores: every multi-threaded rule gets one thread, so Snakemake runs two jobs at a time
+# (tiny jobs are mostly interpreter start-up). The interruption test keeps --cores 1: it needs one job at a time.
+THREADED_RULES = ["decode", "reproduce_decode", "peers", "verify_distribution", "profile_model", "measure_bandwidth",
+                  "distill_data", "distill_draft"]
+TWO_JOBS_AT_A_TIME = ("--cores", "2", "--set-threads", *[f"{rule}=1" for rule in THREADED_RULES])
+
+
 def job_counts(dry_run_output: str) -> dict[str, int]:
     """Parse the 'Job stats' table of a dry run; {} when there is nothing to be done."""
     lines = dry_run_output.splitlines()
@@ -61,8 +68,10 @@ def tiny_config(root: Path) -> dict:
     config = build_tiny_study(root, k=[2], drafts=2)
     config["domains"] = {"code": config["domains"]["code"]}
     config["decoding"]["sampled"]["k"] = [2]
-    config["draft_kinds"] = ALL_DRAFT_KINDS
     config["drafts"] = ["tiny-draft0", *ALL_DRAFT_KINDS]  # tiny-draft1 is added by a test below
+    # Defined but not studied: peers may still name it (and so runs its model in bf16 next to the fp32 target).
+    config["draft_kinds"] = dict(ALL_DRAFT_KINDS, bf16={"kind": "model", "model": "tiny-draft0", "dtype": "bfloat16"})
+    config["peers"]["drafts"] = ["bf16"]
     write_config(root / "config.yaml", config)
     return config
 
@@ -71,7 +80,7 @@ def tiny_config(root: Path) -> dict:
 def tiny_study(tmp_path_factory):
     root = tmp_path_factory.mktemp("tiny-study")
     config = tiny_config(root)
-    result = snakemake(root, "--cores", "1")
+    result = snakemake(root, *TWO_JOBS_AT_A_TIME)
     assert result.returncode == 0, result.stderr[-4000:]
     return root, config
 
@@ -127,7 +136,8 @@ def test_whole_dag_produces_the_tables_plots_and_provenance(tiny_study):
     assert list(peers.columns[:9]) == ["draft", "domain", "k", "hf_generate_s_per_token", "ours_baseline_s_per_token",
                                        "hf_assisted_s_per_token", "ours_spec_s_per_token", "base_speed_ratio",
                                        "spec_speed_ratio"]
-    assert set(peers["draft"]) == {"tiny-draft0"} and peers["all_tokens_identical"].all()
+    assert set(peers["draft"]) == {"bf16"} and peers["all_tokens_identical"].all()
+    assert "'dtype': 'bfloat16'" in (root / "logs/peers/bf16/code/k3.log").read_text()
 
     steps = pd.read_parquet(root / "results/runs/greedy/tiny-draft0/code/k2/seed0/steps.parquet")
     for column in ["drafted", "accepted", "emitted", "draft_seconds", "verify_seconds", "catchup_seconds"]:
@@ -149,12 +159,13 @@ def test_report_collects_tables_and_plots(tiny_study):
 
 def test_reproduce_target_reruns_and_matches(tiny_study):
     root, config = tiny_study
-    result = snakemake(root, "--cores", "1", "reproduce")
+    result = snakemake(root, *TWO_JOBS_AT_A_TIME, "--", "reproduce")  # "--": --set-threads takes a list
     assert result.returncode == 0, result.stderr[-4000:]
     table = pd.read_csv(root / "results/tables/reproduce.csv")
     assert len(table) == 1 and table["reproduced"].all() and table["same_tokens"].all()
     row = table.iloc[0]
-    assert row["acceptance_first"] == row["acceptance_rerun"] and row["n_pairs"] == 2 * 2  # 2 prompts x 2 repeats
+    # the rerun covers the first of the 2 prompts (reproduce.prompts_per_domain: 1), with 2 repeats
+    assert row["acceptance_first"] == row["acceptance_rerun"] and row["n_pairs"] == 1 * 2
     assert row["speedup_min"] <= row["speedup_median"] <= row["speedup_max"]
     assert len(row["speedup_by_repeat"].split()) == 2
 
@@ -209,10 +220,14 @@ def test_adding_a_draft_schedules_only_its_jobs(tiny_study):
         (lambda c: c.update(drafts=["tiny-target"]), "is the target itself"),
         (lambda c: c["distribution_check"].update(top_k=50), "config key 'distribution_check.top_k'"),
         (lambda c: c["distribution_check"].update(drafts=["tiny-draft9"]), "'distribution_check.drafts'"),
+        (lambda c: c.update(draft_kinds={"x": {"kind": "early_exit", "layers": 1, "dtype": "bfloat16"}}),
+         "config key 'draft_kinds.x.dtype'"),
+        (lambda c: c.update(draft_kinds={"x": {"kind": "model", "model": "tiny-target", "dtype": "int4"}}), "int4"),
     ],
     ids=["misspelled key", "k < 1", "wrong type", "temperature < 0", "top-p > 1", "unknown draft",
          "truncated draft without layers", "unknown draft kind", "unknown prompt set", "unknown source",
-         "no prompts", "target as draft", "distribution top-k too large", "distribution draft not studied"],
+         "no prompts", "target as draft", "distribution top-k too large", "distribution draft not studied",
+         "dtype for a draft without weights", "unknown draft dtype"],
 )
 def test_invalid_config_is_refused_naming_the_key(tmp_path, mutate, message):
     config = build_tiny_study(tmp_path)
@@ -276,7 +291,7 @@ def test_cuda_device_requests_a_gpu_for_decode_jobs(fresh_study, tmp_path):
 def test_adding_a_draft_kind_schedules_exactly_its_jobs(tiny_study, tmp_path):
     root, config = tiny_study
     more = copy.deepcopy(config)
-    more["draft_kinds"] = dict(ALL_DRAFT_KINDS, trunc2={"kind": "truncated", "model": "tiny-draft0", "layers": 2})
+    more["draft_kinds"] = dict(config["draft_kinds"], trunc2={"kind": "truncated", "model": "tiny-draft0", "layers": 2})
     more["drafts"] = config["drafts"] + ["trunc2"]
     result = snakemake(root, "--dry-run", "--cores", "1", configfile=write_config(tmp_path / "trunc.yaml", more))
     assert result.returncode == 0, result.stderr[-3000:]

@@ -21,7 +21,8 @@ OWN_MODEL_KINDS = ("truncated", "distilled")  # draft kinds whose model director
 
 wildcard_constraints:
     model="|".join(map(re.escape, config["models"])),
-    draft="|".join(map(re.escape, config["drafts"])),
+    # Any defined draft: the study runs those under `drafts`; peers and the distribution check may name others.
+    draft="|".join(map(re.escape, dict.fromkeys([*config["drafts"], *config.get("draft_kinds", {})]))),
     derived=TRUNCATED_DRAFTS_PATTERN,
     distilled="|".join(map(re.escape, DISTILLED_DRAFTS)) or "no-distilled-draft",
     domain="|".join(map(re.escape, config["domains"])),
@@ -36,7 +37,7 @@ def model_dir(name):
 
 
 def draft_spec(name):
-    """A draft named in `drafts`: a model of `models` (kind 'model') or an entry of `draft_kinds`."""
+    """A draft: a model of `models` (kind 'model') or an entry of `draft_kinds`."""
     if name in config["models"]:
         return {"kind": "model", "model": name}
     return dict(config["draft_kinds"][name])

@@ -26,6 +26,7 @@ rule peers:
     output:
         "results/peers/{draft}/{domain}/k{k}.parquet",
     params:
+        draft_spec=lambda wc: draft_spec(wc.draft),
         max_new_tokens=DECODING["max_new_tokens"],
         prompts_per_domain=(PEERS or {}).get("prompts_per_domain", 3),
         repeats=(PEERS or {}).get("repeats", 1),

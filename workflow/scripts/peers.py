@@ -7,9 +7,8 @@ import pandas as pd
 from specdec.io import write_parquet
 from specdec.lm import eos_ids_of
 from specdec.logs import log_to
-from specdec.models import check_same_vocabulary
 from specdec.peers import run_peers_job
-from specdec.study import Runtime, load_for_decoding
+from specdec.study import Runtime, load_draft_model, load_for_decoding
 
 log = logging.getLogger("peers")
 
@@ -19,11 +18,10 @@ def main(snakemake):
         wc, params = snakemake.wildcards, snakemake.params
         runtime = Runtime(**params.runtime, threads=snakemake.threads)
         target, target_tokenizer = load_for_decoding(snakemake.input.target, runtime)
-        draft, draft_tokenizer = load_for_decoding(snakemake.input.draft, runtime)
-        check_same_vocabulary(target_tokenizer, draft_tokenizer, "target", wc.draft)
+        draft = load_draft_model(wc.draft, dict(params.draft_spec), snakemake.input.draft, target_tokenizer, runtime)
         prompts = pd.read_parquet(snakemake.input.prompts).head(int(params.prompts_per_domain))
-        log.info("peers: draft %s, domain %s, k %s, %d prompts x %s repeats, runtime %s", wc.draft, wc.domain, wc.k,
-                 len(prompts), params.repeats, runtime)
+        log.info("peers: draft %s %s, domain %s, k %s, %d prompts x %s repeats, runtime %s", wc.draft,
+                 dict(params.draft_spec), wc.domain, wc.k, len(prompts), params.repeats, runtime)
         runs = run_peers_job(target, draft, prompts, int(wc.k), int(params.max_new_tokens), int(params.repeats),
                              eos_ids_of(target), log=log.info)
         runs.insert(0, "k", int(wc.k))

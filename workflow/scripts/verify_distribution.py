@@ -7,8 +7,7 @@ import pandas as pd
 from specdec.distribution import DistributionSettings, run_distribution_checks
 from specdec.io import write_parquet
 from specdec.logs import log_to
-from specdec.models import check_same_vocabulary
-from specdec.study import Runtime, load_for_decoding
+from specdec.study import Runtime, load_draft_model, load_for_decoding
 
 log = logging.getLogger("verify_distribution")
 
@@ -22,8 +21,8 @@ def main(snakemake):
         log.info("draft %s, domain %s, %s, runtime %s", snakemake.wildcards.draft, snakemake.wildcards.domain,
                  settings, runtime)
         target, target_tokenizer = load_for_decoding(snakemake.input.target, runtime)
-        draft, draft_tokenizer = load_for_decoding(snakemake.input.draft, runtime)
-        check_same_vocabulary(target_tokenizer, draft_tokenizer, "target", snakemake.wildcards.draft)
+        draft = load_draft_model(snakemake.wildcards.draft, dict(snakemake.params.draft_spec), snakemake.input.draft,
+                                 target_tokenizer, runtime)
         prompts = pd.read_parquet(snakemake.input.prompts)
         rows = run_distribution_checks(target, draft, prompts, settings,
                                        min_confidence=snakemake.params.draft_spec.get("min_confidence"), log=log.info)
