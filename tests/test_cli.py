@@ -66,6 +66,15 @@ def test_json_speculative_matches_baseline_at_temperature_zero(dirs, capsys):
     assert out["tokens_per_pass"] > 1.0  # the draft is a slightly perturbed copy of the target
 
 
+def test_bf16_draft_keeps_greedy_identity(dirs, capsys):
+    assert main(_args(dirs, "--k", "3", "--json", "--baseline", "--draft-dtype", "bfloat16")) == 0
+    captured = capsys.readouterr()
+    out = json.loads(captured.out)
+    assert "loaded draft" in captured.err and "(bfloat16)" in captured.err
+    assert out["greedy_identical"] is True and out["tokens"] == out["baseline_tokens"]
+    assert out["tokens_per_pass"] > 1.0  # the bf16 copy of the perturbed draft still agrees with the target
+
+
 def test_sampling_and_baseline_only(dirs, capsys):
     assert main(_args(dirs, "--json", "--temperature", "0.8", "--top-k", "20", "--top-p", "0.9", "--seed", "3")) == 0
     sampled = json.loads(capsys.readouterr().out)

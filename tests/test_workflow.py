@@ -374,7 +374,7 @@ def test_interrupted_runs_resume_without_loss(tiny_study, tmp_path):
     assert not (tmp_path / "results/tables/study.csv").exists()
 
     # README: after an interruption rerun with --rerun-incomplete (after a hard kill, --unlock first).
-    result = snakemake(tmp_path, "--cores", "1", "--rerun-incomplete")
+    result = snakemake(tmp_path, *TWO_JOBS_AT_A_TIME, "--rerun-incomplete")
     assert result.returncode == 0, result.stderr[-3000:]
     final = _finished_outputs(tmp_path)
     assert {p: final.get(p) for p in after_sigkill} == after_sigkill, "finished jobs were redone"
