@@ -13,6 +13,7 @@ from typing import Callable, Mapping
 import pandas as pd
 import torch
 
+from .costmodel import one_token_calls
 from .decode import generate_baseline, generate_speculative
 from .stats import bootstrap_median_interval
 
@@ -45,7 +46,7 @@ def run_draft_ab(target, drafts: Mapping[str, object], prompts: pd.DataFrame, ks
             for method, result in results.items():
                 steps = pd.DataFrame(result.step_rows())
                 # The first draft call of a block that also catches up is timed as catch-up, not as a draft step.
-                n_draft_steps = steps["drafted"] - (steps["catchup_tokens"] > 0)
+                n_draft_steps = one_token_calls(steps)
                 draft_steps = steps["draft_seconds"] / n_draft_steps.where(n_draft_steps > 0)
                 rows.append(dict(prompt_id=prompt.prompt_id, k=k, method=method, seconds=result.total_seconds,
                                  acceptance=result.acceptance, tokens_per_pass=result.tokens_per_pass,

@@ -85,8 +85,7 @@ def judge_distribution_checks(checks: pd.DataFrame, alpha: float) -> pd.DataFram
 def reproduction_table(first: pd.DataFrame, rerun: pd.DataFrame) -> pd.DataFrame:
     """Per (draft, domain, k), over the prompts the rerun covered: acceptance and tokens per pass of the first run
     and of the rerun (which must agree exactly, as must every speculative sequence's tokens), and the rerun's wall
-    speedups: median, spread across
-    prompts x repeats (min, quartiles, max) and the median of each repeat."""
+    speedups: median, spread across prompts x repeats (min, quartiles, max) and the median of each repeat."""
     keys = ["draft", "domain", "k"]
     rows = []
     for key, again in rerun.groupby(keys):

@@ -9,6 +9,8 @@ import jsonschema
 import yaml
 
 SCHEMA = Path(__file__).resolve().parents[1] / "workflow" / "schemas" / "config.schema.yaml"
+# Draft kinds that load a model of their own (and so name one, and may set its dtype).
+MODEL_LOADING_KINDS = ("model", "truncated", "distilled")
 
 
 class ConfigError(ValueError):
@@ -45,9 +47,9 @@ def check_config_semantics(config: dict) -> None:
     for name, spec in kinds.items():
         if name in models:
             raise ConfigError(f"config key 'draft_kinds.{name}': the name is already a model under 'models'")
-        if spec["kind"] in ("model", "truncated", "distilled") and spec["model"] not in models:
+        if spec["kind"] in MODEL_LOADING_KINDS and spec["model"] not in models:
             raise ConfigError(f"config key 'draft_kinds.{name}.model': {spec['model']!r} is not under 'models'")
-        if "dtype" in spec and spec["kind"] not in ("model", "truncated", "distilled"):
+        if "dtype" in spec and spec["kind"] not in MODEL_LOADING_KINDS:
             raise ConfigError(f"config key 'draft_kinds.{name}.dtype': a {spec['kind']!r} draft has no weights of "
                               "its own to cast (dtype applies to kinds model, truncated and distilled)")
     for domain, spec in config["domains"].items():

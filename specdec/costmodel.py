@@ -362,7 +362,7 @@ AUDIT_COLUMNS = ["n_blocks", "draft_step_seconds", "catchup_call_seconds", "catc
                  "prefill_target_seconds", "prefill_draft_seconds"]
 
 
-def _one_token_calls(blocks: pd.DataFrame) -> pd.Series:
+def one_token_calls(blocks: pd.DataFrame) -> pd.Series:
     """A block with drafted = d makes d draft calls; the first one is the catch-up call when catchup_tokens > 0."""
     return blocks["drafted"] - (blocks["catchup_tokens"] > 0).astype(int)
 
@@ -386,7 +386,7 @@ def audited_step_timings(steps: pd.DataFrame, keys: Sequence[str] = AUDIT_KEYS) 
     keys = list(keys)
     spec = steps[steps["method"] == "speculative"]
     blocks = spec[spec["kind"] == "block"]
-    calls = _one_token_calls(blocks)
+    calls = one_token_calls(blocks)
     blocks = blocks.assign(per_call=(blocks["draft_seconds"] / calls).where(calls > 0),
                            has_catchup=blocks["catchup_tokens"] > 0,
                            full_verify=blocks["positions"] == blocks["k"] + 1)
