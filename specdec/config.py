@@ -52,10 +52,12 @@ def check_config_semantics(config: dict) -> None:
         if "dtype" in spec and spec["kind"] not in MODEL_LOADING_KINDS:
             raise ConfigError(f"config key 'draft_kinds.{name}.dtype': a {spec['kind']!r} draft has no weights of "
                               "its own to cast (dtype applies to kinds model, truncated and distilled)")
-    for domain, spec in config["domains"].items():
+    training_domains = ((config.get("distillation") or {}).get("domains") or {}).items()
+    for key, domain, spec in [*(("domains", d, s) for d, s in config["domains"].items()),
+                              *(("distillation.domains", d, s) for d, s in training_domains)]:
         for entry in spec["sources"]:
             if entry["set"] not in config["prompt_sources"]:
-                raise ConfigError(f"config key 'domains.{domain}.sources': prompt set {entry['set']!r} is not "
+                raise ConfigError(f"config key '{key}.{domain}.sources': prompt set {entry['set']!r} is not "
                                   f"defined under 'prompt_sources' (defined: {sorted(config['prompt_sources'])})")
     for name in (config.get("distribution_check") or {}).get("drafts") or []:
         if name not in config["drafts"] and name not in kinds or kind_of(name) not in ("model", "truncated"):
@@ -72,6 +74,20 @@ def check_config_semantics(config: dict) -> None:
     for domain in peers.get("domains") or []:
         if domain not in config["domains"]:
             raise ConfigError(f"config key 'peers.domains': {domain!r} is not under 'domains'")
+    sweep = config.get("draft_sweep") or {}
+    for name in sweep.get("drafts") or []:
+        if name not in models and name not in kinds:
+            raise ConfigError(f"config key 'draft_sweep.drafts': {name!r} is neither under 'models' nor under "
+                              f"'draft_kinds' (defined: {sorted([*models, *kinds])})")
+    for name, override in (sweep.get("per_draft") or {}).items():
+        if name not in (sweep.get("drafts") or []):
+            raise ConfigError(f"config key 'draft_sweep.per_draft.{name}': {name!r} is not under 'draft_sweep.drafts'")
+    for key, domains in [("draft_sweep.domains", sweep.get("domains") or []),
+                         *((f"draft_sweep.per_draft.{n}.domains", o.get("domains") or [])
+                           for n, o in (sweep.get("per_draft") or {}).items())]:
+        for domain in domains:
+            if domain not in config["domains"]:
+                raise ConfigError(f"config key '{key}': {domain!r} is not under 'domains'")
     reproduce = config.get("reproduce") or {}
     for key, known in (("drafts", config["drafts"]), ("domains", list(config["domains"])),
                        ("k", config["decoding"]["k"])):

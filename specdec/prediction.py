@@ -34,13 +34,17 @@ def early_exit_seconds(target_profile: pd.DataFrame, layers: int) -> pd.Series:
     return (whole - skipped).groupby("m").median()
 
 
-def draft_costs(profiles: pd.DataFrame, target: str, draft_specs: dict[str, dict]) -> dict[str, pd.Series | None]:
-    """Per draft, seconds of a draft forward by m (None: no model, use the measured proposal time)."""
+def draft_costs(profiles: pd.DataFrame, target: str, draft_specs: dict[str, dict],
+                profiled_dtype: str = "float32") -> dict[str, pd.Series | None]:
+    """Per draft, seconds of a draft forward by m (None: no model, or a model held in a dtype other than the
+    profiled one: use the measured proposal time)."""
     forward = forward_seconds(profiles)
     costs: dict[str, pd.Series | None] = {}
     for name, spec in draft_specs.items():
         kind = spec.get("kind", "model")
-        if kind == "model":
+        if spec.get("dtype", profiled_dtype) != profiled_dtype:
+            costs[name] = None
+        elif kind == "model":
             costs[name] = forward.loc[spec["model"]]
         elif kind in ("truncated", "distilled"):
             costs[name] = forward.loc[name]
@@ -52,7 +56,8 @@ def draft_costs(profiles: pd.DataFrame, target: str, draft_specs: dict[str, dict
 
 
 def profiled_costmodel_table(profiles: pd.DataFrame, steps: pd.DataFrame, sequences: pd.DataFrame, target: str,
-                             draft_specs: dict[str, dict], setting: str = "greedy") -> pd.DataFrame:
+                             draft_specs: dict[str, dict], setting: str = "greedy",
+                             profiled_dtype: str = "float32") -> pd.DataFrame:
     """One row per (draft, domain, k): measured acceptance and tokens per pass; c = T_draft(1) / T_target(1) and
     verify_cost_ratio = T_target(k + 1) / T_target(1) from the profiles.
 
@@ -66,7 +71,7 @@ def profiled_costmodel_table(profiles: pd.DataFrame, steps: pd.DataFrame, sequen
     steps, sequences = steps[steps["setting"] == setting], sequences[sequences["setting"] == setting]
     keys = list(AUDIT_KEYS)
     target_forward = forward_seconds(profiles).loc[target]
-    costs = draft_costs(profiles, target, draft_specs)
+    costs = draft_costs(profiles, target, draft_specs, profiled_dtype)
     cells = _profiled_predictions(steps, sequences, keys, target_forward, costs)
     per_sequence = _profiled_predictions(steps, sequences, keys + ["prompt_id", "repeat"], target_forward, costs,
                                          cells.set_index(keys)["draft_step_seconds"])
@@ -145,11 +150,15 @@ def roofline(profiles: pd.DataFrame, bandwidth_bytes_per_second: float, target: 
 
 DRAFTS_COLUMNS = ["draft", "kind", "draft_layers", "target_layers", "depth_ratio", "param_ratio", "c_measured",
                   "c_predicted", "domain", "k", "acceptance", "tokens_per_pass", "speedup_median"]
+# After the issue's columns: which run a cell comes from (the study grid or the draft sweep), over how many prompts,
+# and the speedup the profiled costs predict for it (prediction.profiled_costmodel_table).
+DRAFTS_EXTRA_COLUMNS = ["run", "n_prompts", "predicted_speedup"]
+DTYPE_BYTES = {"float32": 4, "bfloat16": 2}
 
 
 def draft_shapes(draft_specs: dict[str, dict], profile_shapes: dict, target: str) -> dict:
-    """The ModelShape each draft runs per step (None for a draft without a model): its own profiled shape, or the
-    target's with fewer layers for an early exit."""
+    """The ModelShape each draft runs per step (None for a draft without a model): its own profiled shape (with the
+    bytes of its own dtype where it names one), or the target's with fewer layers for an early exit."""
     from dataclasses import replace
 
     shapes = {}
@@ -157,6 +166,8 @@ def draft_shapes(draft_specs: dict[str, dict], profile_shapes: dict, target: str
         kind = spec.get("kind", "model")
         if kind == "model":
             shapes[name] = profile_shapes[spec["model"]]
+            if "dtype" in spec:
+                shapes[name] = replace(shapes[name], dtype_bytes=DTYPE_BYTES[spec["dtype"]])
         elif kind in ("truncated", "distilled"):
             shapes[name] = profile_shapes[name]
         elif kind == "early_exit":
@@ -167,10 +178,10 @@ def draft_shapes(draft_specs: dict[str, dict], profile_shapes: dict, target: str
 
 
 def drafts_table(costmodel: pd.DataFrame, draft_specs: dict[str, dict], shapes: dict, target_shape,
-                 predict_c) -> pd.DataFrame:
+                 predict_c, run: str = "study") -> pd.DataFrame:
     """The depth sweep: per (draft, domain, k) the draft's depth and parameter (step bytes) ratios to the target, c
     measured in the decode runs and predicted by the cost-model fit (`predict_c(shape)`), acceptance, tokens per
-    pass and the measured median speedup."""
+    pass and the measured median speedup; `run` names where the cells come from."""
     rows = []
     for r in costmodel.itertuples():
         shape = shapes[r.draft]
@@ -182,12 +193,14 @@ def drafts_table(costmodel: pd.DataFrame, draft_specs: dict[str, dict], shapes: 
             "c_measured": r.c_measured, "c_predicted": predict_c(shape) if shape else 0.0,
             "domain": r.domain, "k": r.k, "acceptance": r.acceptance, "tokens_per_pass": r.tokens_per_pass,
             "speedup_median": r.measured_speedup,
+            "run": run, "n_prompts": r.n_prompts, "predicted_speedup": r.predicted_speedup,
         })
-    return pd.DataFrame(rows, columns=DRAFTS_COLUMNS)
+    return pd.DataFrame(rows, columns=DRAFTS_COLUMNS + DRAFTS_EXTRA_COLUMNS)
 
 
 def best_per_domain(drafts: pd.DataFrame) -> pd.DataFrame:
     """The draft and k with the highest median speedup in each domain."""
     best = drafts.loc[drafts.groupby("domain")["speedup_median"].idxmax()]
-    return best[["domain", "draft", "kind", "k", "acceptance", "tokens_per_pass", "speedup_median"]].reset_index(
-        drop=True)
+    columns = ["domain", "draft", "kind", "k", "acceptance", "tokens_per_pass", "speedup_median"]
+    columns += [c for c in ("run", "n_prompts") if c in drafts]
+    return best[columns].reset_index(drop=True)

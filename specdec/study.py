@@ -98,6 +98,7 @@ def make_draft(name: str, spec: dict, target, target_tokenizer, draft_dir, runti
 
 
 def _run(method: str, target, draft, input_ids, job: DecodeJob, seed: int) -> DecodeResult:
+    """The baseline, or the speculative loop at job.k (method is 'speculative' or 'k<k>')."""
     sampling = dict(temperature=job.temperature, top_k=job.top_k, top_p=job.top_p, seed=seed)
     if method == "baseline":
         return generate_baseline(target, input_ids, job.max_new_tokens, **sampling)
@@ -107,35 +108,53 @@ def _run(method: str, target, draft, input_ids, job: DecodeJob, seed: int) -> De
 def run_decode_job(target, draft, prompts: pd.DataFrame, job: DecodeJob,
                    log: Callable[[str], None] = print) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Run the job over every prompt; returns (steps, sequences): one row per target pass, one per sequence."""
-    keys = asdict(job)
-    del keys["repeats"]
-    step_rows, sequence_rows = [], []
+    return run_decode_jobs(target, draft, prompts, job, [job.k], log)[job.k]
+
+
+def run_decode_jobs(target, draft, prompts: pd.DataFrame, job: DecodeJob, ks: list[int],
+                    log: Callable[[str], None] = print) -> dict[int, tuple[pd.DataFrame, pd.DataFrame]]:
+    """The job at several k in one process: per prompt and repeat the baseline and the speculative loop at each k
+    run back to back in rotating order, so the baseline is timed once and each k's speedup is a ratio of timings
+    taken within a minute. Returns, per k, (steps, sequences) as run_decode_job does for that k alone; the
+    baseline's rows appear under every k."""
+    methods = ["baseline", *(f"k{k}" for k in ks)]
+    step_rows = {k: [] for k in ks}
+    sequence_rows = {k: [] for k in ks}
     # Warm-up (first calls allocate and pick kernels): not recorded.
     warm = torch.tensor([[int(t) for t in prompts.iloc[0]["input_ids"]]], dtype=torch.long)
     generate_baseline(target, warm, 2)
-    generate_speculative(target, draft, warm, job.k, 2)
+    for k in ks:
+        generate_speculative(target, draft, warm, k, 2)
     started = time.perf_counter()
     for index, prompt in enumerate(prompts.itertuples(index=False)):
         input_ids = torch.tensor([[int(t) for t in prompt.input_ids]], dtype=torch.long)
         for repeat in range(job.repeats):
-            order = ["baseline", "speculative"] if (index + repeat) % 2 == 0 else ["speculative", "baseline"]
-            results = {method: _run(method, target, draft, input_ids, job, job.seed) for method in order}
-            identical = results["baseline"].tokens == results["speculative"].tokens
-            diagnosis = {}
-            if job.setting == "greedy" and not identical:
-                diagnosis = diagnose_divergence(target, draft, input_ids, job.k, job.max_new_tokens,
-                                                results["baseline"].tokens, results["speculative"].tokens)
-                log(f"  divergence on {prompt.prompt_id}: {diagnosis}")
-            for method, result in results.items():
-                row_keys = dict(keys, prompt_id=prompt.prompt_id, repeat=repeat, method=method)
-                step_rows += [dict(row_keys, **step) for step in result.step_rows()]
-                sequence_rows.append(dict(row_keys, n_prompt_tokens=len(prompt.input_ids), tokens=result.tokens,
-                                          **result.summary(), identical=identical if method == "speculative" else None,
-                                          **(diagnosis if method == "speculative" else {})))
-            base, spec = results["baseline"], results["speculative"]
+            shift = (index + repeat) % len(methods)
+            order = methods[shift:] + methods[:shift]
+            results = {m: _run(m, target, draft, input_ids, replace(job, k=int(m[1:]) if m != "baseline" else job.k),
+                               job.seed) for m in order}
+            base = results["baseline"]
+            summaries = []
+            for k in ks:
+                spec = results[f"k{k}"]
+                identical = base.tokens == spec.tokens
+                diagnosis = {}
+                if job.setting == "greedy" and not identical:
+                    diagnosis = diagnose_divergence(target, draft, input_ids, k, job.max_new_tokens,
+                                                    base.tokens, spec.tokens)
+                    log(f"  divergence on {prompt.prompt_id} at k={k}: {diagnosis}")
+                keys = dict(asdict(replace(job, k=k)), prompt_id=prompt.prompt_id, repeat=repeat)
+                del keys["repeats"]
+                for method, result in (("baseline", base), ("speculative", spec)):
+                    step_rows[k] += [dict(keys, method=method, **step) for step in result.step_rows()]
+                    sequence_rows[k].append(dict(keys, method=method, n_prompt_tokens=len(prompt.input_ids),
+                                                 tokens=result.tokens, **result.summary(),
+                                                 identical=identical if method == "speculative" else None,
+                                                 **(diagnosis if method == "speculative" else {})))
+                summaries.append(f"k{k} {spec.total_seconds:.2f}s ({base.total_seconds / spec.total_seconds:.2f}x, "
+                                 f"acceptance {spec.acceptance:.2f}, tokens/pass {spec.tokens_per_pass:.2f}"
+                                 + (f", {'identical' if identical else 'DIFFERENT'} tokens" if job.setting == "greedy"
+                                    else "") + ")")
             log(f"[{index + 1}/{len(prompts)} r{repeat}] {prompt.prompt_id}: baseline {base.total_seconds:.2f}s, "
-                f"speculative {spec.total_seconds:.2f}s ({base.total_seconds / spec.total_seconds:.2f}x), "
-                f"acceptance {spec.acceptance:.2f}, tokens/pass {spec.tokens_per_pass:.2f}, "
-                + (f"{'identical' if identical else 'DIFFERENT'} tokens; " if job.setting == "greedy" else "")
-                + f"{time.perf_counter() - started:.0f}s so far")
-    return pd.DataFrame(step_rows), pd.DataFrame(sequence_rows)
+                + ", ".join(summaries) + f"; {time.perf_counter() - started:.0f}s so far")
+    return {k: (pd.DataFrame(step_rows[k]), pd.DataFrame(sequence_rows[k])) for k in ks}

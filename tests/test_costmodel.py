@@ -7,7 +7,8 @@ import pytest
 import torch
 from scipy import stats
 
-from specdec.prediction import early_exit_seconds, profiled_costmodel_table, roofline
+from specdec.prediction import (DRAFTS_COLUMNS, DRAFTS_EXTRA_COLUMNS, best_per_domain, draft_shapes, drafts_table,
+                                early_exit_seconds, profiled_costmodel_table, roofline)
 from specdec.costmodel import (QWEN25_0_5B, QWEN25_1_5B, TERMS, ModelShape, audited_step_timings, costmodel_table,
                                depth_vs_parameters_verdict, expected_catchup_rate, expected_tokens_per_pass,
                                fit_cost_model, predict_draft_cost_ratio, predict_step_time, predicted_speedup,
@@ -288,6 +289,34 @@ def test_profiled_costmodel_table_by_hand():
     assert early.loc[1] == pytest.approx(0.10 - 0.06) and early.loc[2] == pytest.approx(0.12 - 0.06)
     lookup = profiled_costmodel_table(profiles, steps, sequences, "t", {"d": {"kind": "prompt_lookup"}}).iloc[0]
     assert lookup["c"] == pytest.approx(0.04 / 0.10)  # no model: the measured proposal time per token
+    # A model draft held in another dtype than the profiled one is priced at its measured step too, not at the
+    # profile of its fp32 weights.
+    bf16 = {"d": {"kind": "model", "model": "dm", "dtype": "bfloat16"}}
+    assert profiled_costmodel_table(profiles, steps, sequences, "t", bf16).iloc[0]["c"] == pytest.approx(0.04 / 0.10)
+    assert profiled_costmodel_table(profiles, steps, sequences, "t", bf16, profiled_dtype="bfloat16").iloc[0][
+        "c"] == pytest.approx(0.2)
+
+
+def test_drafts_table_shapes_by_kind_and_dtype():
+    target = QWEN25_1_5B
+    specs = {"fp32": {"kind": "model", "model": "m"}, "bf16": {"kind": "model", "model": "m", "dtype": "bfloat16"},
+             "self4": {"kind": "early_exit", "layers": 4}, "lookup": {"kind": "prompt_lookup"}}
+    shapes = draft_shapes(specs, {"m": QWEN25_0_5B, "t": target}, "t")
+    assert shapes["bf16"].step_bytes * 2 == shapes["fp32"].step_bytes and shapes["bf16"].n_layers == 24
+    assert shapes["self4"].n_layers == 4 and shapes["self4"].hidden == target.hidden and shapes["lookup"] is None
+    cells = pd.DataFrame([dict(draft=d, domain="code", k=4, acceptance=0.5, tokens_per_pass=2.0, c_measured=0.3,
+                               measured_speedup=s, n_prompts=2, predicted_speedup=1.0)
+                          for d, s in [("fp32", 1.2), ("bf16", 1.5), ("self4", 0.7), ("lookup", 1.1)]])
+    table = drafts_table(cells, specs, shapes, target, lambda shape: shape.step_bytes / target.step_bytes,
+                         run="sweep")
+    assert list(table.columns) == DRAFTS_COLUMNS + DRAFTS_EXTRA_COLUMNS and (table["run"] == "sweep").all()
+    by_draft = table.set_index("draft")
+    assert by_draft.loc["bf16", "param_ratio"] == pytest.approx(by_draft.loc["fp32", "param_ratio"] / 2)
+    assert by_draft.loc["bf16", "c_predicted"] == pytest.approx(by_draft.loc["bf16", "param_ratio"])
+    assert by_draft.loc["self4", "depth_ratio"] == pytest.approx(4 / 28)
+    assert by_draft.loc["lookup", "draft_layers"] == 0 and by_draft.loc["lookup", "param_ratio"] == 0.0
+    best = best_per_domain(table)
+    assert best.loc[0, "draft"] == "bf16" and best.loc[0, "run"] == "sweep" and best.loc[0, "n_prompts"] == 2
 
 
 def test_roofline_by_hand():

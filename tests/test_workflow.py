@@ -29,7 +29,7 @@ def snakemake(workdir: Path, *args: str, configfile: Path | None = None) -> subp
 
 # Full tiny runs use both cores: every multi-threaded rule gets one thread, so Snakemake runs two jobs at a time
 # (tiny jobs are mostly interpreter start-up). The interruption test keeps --cores 1: it needs one job at a time.
-THREADED_RULES = ["decode", "reproduce_decode", "peers", "verify_distribution", "profile_model", "measure_bandwidth",
+THREADED_RULES = ["decode", "reproduce_decode", "sweep_decode", "peers", "verify_distribution", "profile_model", "measure_bandwidth",
                   "distill_data", "distill_draft"]
 TWO_JOBS_AT_A_TIME = ("--cores", "2", "--set-threads", *[f"{rule}=1" for rule in THREADED_RULES])
 
@@ -72,6 +72,8 @@ def tiny_config(root: Path) -> dict:
     # Defined but not studied: peers may still name it (and so runs its model in bf16 next to the fp32 target).
     config["draft_kinds"] = dict(ALL_DRAFT_KINDS, bf16={"kind": "model", "model": "tiny-draft0", "dtype": "bfloat16"})
     config["peers"]["drafts"] = ["bf16"]
+    # The draft sweep: every k in one job per (draft, domain); bf16 is defined but not studied, lookup is both.
+    config["draft_sweep"] = {"drafts": ["bf16", "lookup"], "k": [1, 2], "prompts_per_domain": 1}
     write_config(root / "config.yaml", config)
     return config
 
@@ -131,6 +133,27 @@ def test_whole_dag_produces_the_tables_plots_and_provenance(tiny_study):
     assert "verdict:" in (root / "results/tables/costmodel_verdict.md").read_text()
     for plot in ["layer_time_vs_width.png", "predicted_vs_measured.png"]:
         assert (root / "results/plots" / plot).read_bytes()[:4] == b"\x89PNG"
+
+    drafts = pd.read_csv(root / "results/tables/drafts.csv")
+    assert list(drafts.columns[:13]) == ["draft", "kind", "draft_layers", "target_layers", "depth_ratio",
+                                         "param_ratio", "c_measured", "c_predicted", "domain", "k", "acceptance",
+                                         "tokens_per_pass", "speedup_median"]
+    study_cells, sweep_cells = drafts[drafts["run"] == "study"], drafts[drafts["run"] == "sweep"]
+    assert set(study_cells["draft"]) == set(config["drafts"])
+    assert sorted(zip(sweep_cells["draft"], sweep_cells["k"])) == [("bf16", 1), ("bf16", 2), ("lookup", 1),
+                                                                   ("lookup", 2)]
+    assert (sweep_cells["n_prompts"] == 1).all() and sweep_cells["speedup_median"].gt(0).all()
+    by_draft = drafts.groupby("draft").first()
+    # The bf16 draft reads half the bytes of the same model in fp32 (tiny models are overhead-bound, so their fitted
+    # c need not follow; tests/test_costmodel.py checks that it is computed from the halved shape).
+    assert by_draft.loc["bf16", "param_ratio"] == pytest.approx(by_draft.loc["tiny-draft0", "param_ratio"] / 2)
+    best = pd.read_csv(root / "results/tables/best_drafts.csv")
+    assert len(best) == len(config["domains"]) and best["speedup_median"].iloc[0] == drafts["speedup_median"].max()
+    assert (root / "results/plots/drafts_vs_depth.png").read_bytes()[:4] == b"\x89PNG"
+    for k in (1, 2):
+        sweep = pd.read_parquet(root / f"results/sweep/runs/greedy/bf16/code/k{k}/seed0/sequences.parquet")
+        assert sweep[sweep["method"] == "speculative"]["identical"].all()  # greedy identity in the sweep too
+    assert "'dtype': 'bfloat16'" in (root / "logs/sweep/greedy/bf16/code/seed0.log").read_text()
 
     peers = pd.read_csv(root / "results/tables/peers.csv")
     assert list(peers.columns[:9]) == ["draft", "domain", "k", "hf_generate_s_per_token", "ours_baseline_s_per_token",
@@ -203,6 +226,18 @@ def test_adding_a_draft_schedules_only_its_jobs(tiny_study):
     assert all("draft=tiny-draft1" in b for b in _job_blocks(result.stdout, "decode"))
 
 
+def test_adding_a_draft_to_the_sweep_schedules_one_job_per_domain(tiny_study):
+    root, config = tiny_study
+    more = copy.deepcopy(config)
+    more["draft_sweep"]["drafts"] = config["draft_sweep"]["drafts"] + ["early1"]
+    result = snakemake(root, "--dry-run", "--cores", "1", configfile=write_config(root / "more_sweep.yaml", more))
+    assert result.returncode == 0, result.stderr[-3000:]
+    counts = job_counts(result.stdout)
+    assert counts["sweep_decode"] == len(config["domains"]) and "decode" not in counts
+    assert counts["costmodel"] == 1 and "prepare_model" not in counts
+    assert all("draft=early1" in b for b in _job_blocks(result.stdout, "sweep_decode"))
+
+
 @pytest.mark.parametrize(
     "mutate, message",
     [
@@ -223,11 +258,18 @@ def test_adding_a_draft_schedules_only_its_jobs(tiny_study):
         (lambda c: c.update(draft_kinds={"x": {"kind": "early_exit", "layers": 1, "dtype": "bfloat16"}}),
          "config key 'draft_kinds.x.dtype'"),
         (lambda c: c.update(draft_kinds={"x": {"kind": "model", "model": "tiny-target", "dtype": "int4"}}), "int4"),
+        (lambda c: c.update(draft_sweep={"drafts": ["nope-draft"]}), "config key 'draft_sweep.drafts'"),
+        (lambda c: c.update(draft_sweep={"drafts": ["tiny-draft0"], "per_draft": {"tiny-draft1": {"domains": ["code"]}}}),
+         "config key 'draft_sweep.per_draft.tiny-draft1'"),
+        (lambda c: c.update(draft_sweep={"drafts": ["tiny-draft0"], "domains": ["poetry"]}), "'poetry'"),
+        (lambda c: c.update(distillation={"domains": {"x": {"sources": [{"set": "nope"}]}}}),
+         "config key 'distillation.domains.x.sources'"),
     ],
     ids=["misspelled key", "k < 1", "wrong type", "temperature < 0", "top-p > 1", "unknown draft",
          "truncated draft without layers", "unknown draft kind", "unknown prompt set", "unknown source",
          "no prompts", "target as draft", "distribution top-k too large", "distribution draft not studied",
-         "dtype for a draft without weights", "unknown draft dtype"],
+         "dtype for a draft without weights", "unknown draft dtype", "unknown sweep draft",
+         "per-draft override of a draft not swept", "unknown sweep domain", "unknown training prompt set"],
 )
 def test_invalid_config_is_refused_naming_the_key(tmp_path, mutate, message):
     config = build_tiny_study(tmp_path)

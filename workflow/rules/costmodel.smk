@@ -3,10 +3,11 @@
 
 
 def profiled_models():
-    """The target, every draft model of its own (early-exit drafts are read off the target's profile) and the
-    profiling.extra_models, profiled only to give the fit more layer widths."""
+    """The target, every draft model of its own in the study and the draft sweep (early-exit drafts are read off
+    the target's profile) and the profiling.extra_models, profiled only to give the fit more layer widths. A draft
+    held in another dtype is not profiled as such: the audit prices it at its measured step."""
     names = [config["target"]]
-    for name in config["drafts"]:
+    for name in [*config["drafts"], *sweep_drafts()]:
         spec = draft_spec(name)
         if spec["kind"] == "model":
             names.append(spec["model"])
@@ -58,6 +59,8 @@ rule costmodel:
         bandwidth="results/profiles/bandwidth.json",
         steps=run_files("steps.parquet", "greedy"),
         sequences=run_files("sequences.parquet", "greedy"),
+        sweep_steps=sweep_run_files("steps.parquet"),
+        sweep_sequences=sweep_run_files("sequences.parquet"),
     output:
         table=report("results/tables/costmodel.csv", caption="../report/costmodel.rst", category="Cost model"),
         terms="results/tables/costmodel_terms.csv",
@@ -77,6 +80,8 @@ rule costmodel:
     params:
         target=config["target"],
         draft_specs={name: draft_spec(name) for name in config["drafts"]},
+        sweep_specs={name: draft_spec(name) for name in sweep_drafts()},
+        runtime_dtype=RUNTIME.get("dtype", "float32"),
         n_boot=PROFILING.get("n_boot", 1000),
         tolerance=PROFILING.get("audit_tolerance", 0.10),
     conda:

@@ -2,18 +2,20 @@
 # continuations of a training prompt set disjoint from the evaluation prompts.
 
 DISTILLATION = config.get("distillation") or {}
+# Where training prompts come from (default: the evaluation domains' sources, minus the evaluation prompts).
+TRAINING_DOMAINS = DISTILLATION.get("domains") or config["domains"]
 
 
 rule make_training_prompts:
     input:
         unpack(lambda wc: {s: f"resources/prompt_sources/{source_file_name(s, config['prompt_sources'][s])}"
-                           for d in config["domains"].values() for s in domain_source_sets(d)}),
+                           for d in TRAINING_DOMAINS.values() for s in domain_source_sets(d)}),
         evaluation=expand("results/prompts/{domain}.parquet", domain=list(config["domains"])),
         tokenizer=model_dir(config["target"]),
     output:
         "results/prompts/train.parquet",
     params:
-        domains=config["domains"],
+        domains=TRAINING_DOMAINS,
         prompt_sources=config["prompt_sources"],
         per_domain=DISTILLATION.get("prompts_per_domain", 8),
         seed=DISTILLATION.get("seed", 1),

@@ -92,17 +92,22 @@ def audit_plot(table: pd.DataFrame, tolerance: float, path) -> None:
 
 
 def drafts_plot(drafts: pd.DataFrame, path) -> None:
-    """Speedup and c against the depth ratio and against the parameter ratio, best k per (draft, domain)."""
+    """Speedup and c against the depth ratio and against the parameter ratio: best k per (draft, domain) on top,
+    per draft the median measured c (dots) and the fitted c (crosses) below."""
     best_k = drafts.loc[drafts.groupby(["draft", "domain"])["speedup_median"].idxmax()]
-    fig, axes = plt.subplots(2, 2, figsize=(10, 7.5))
+    per_draft = drafts.groupby(["draft", "kind"]).agg(
+        depth_ratio=("depth_ratio", "first"), param_ratio=("param_ratio", "first"),
+        c_measured=("c_measured", "median"), c_predicted=("c_predicted", "first")).reset_index()
+    fig, axes = plt.subplots(2, 2, figsize=(11, 8))
     for col, ratio in enumerate(["depth_ratio", "param_ratio"]):
-        sns.scatterplot(best_k, x=ratio, y="speedup_median", hue="domain", style="kind", ax=axes[0, col], s=60)
+        sns.scatterplot(best_k, x=ratio, y="speedup_median", hue="draft", style="domain", ax=axes[0, col], s=60)
         axes[0, col].axhline(1.0, color="grey", linestyle="--", linewidth=1)
         axes[0, col].set_ylabel("median speedup (best k)")
-        per_draft = drafts.groupby("draft").first().reset_index()
-        sns.scatterplot(per_draft, x=ratio, y="c_measured", hue="kind", ax=axes[1, col], s=60, marker="o")
+        axes[0, col].legend(fontsize=6)
+        sns.scatterplot(per_draft, x=ratio, y="c_measured", hue="draft", ax=axes[1, col], s=60, marker="o",
+                        legend=False)
         axes[1, col].scatter(per_draft[ratio], per_draft["c_predicted"], marker="x", color="black",
-                             label="c predicted")
+                             label="c predicted (fit)")
         limit = max(per_draft[ratio].max(), 0.05) * 1.1
         axes[1, col].plot([0, limit], [0, limit], color="grey", linewidth=1, label="c = ratio")
         axes[1, col].set_ylabel("c (draft step / target step)")
@@ -127,12 +132,23 @@ def main(snakemake):
         fit = fit_cost_model(profiles, n_boot=int(params.n_boot))
         verdict = depth_vs_parameters_verdict(fit, target, candidate_shapes(target, drafts))
         log.info("%s", verdict.text)
-        table = profiled_costmodel_table(profiles, steps, sequences, params.target, dict(params.draft_specs))
+        dtype = params.runtime_dtype
+        table = profiled_costmodel_table(profiles, steps, sequences, params.target, dict(params.draft_specs),
+                                         profiled_dtype=dtype)
         log.info("audit:\n%s", table.to_string(index=False))
 
-        shapes_by_draft = draft_shapes(dict(params.draft_specs), shapes, params.target)
-        drafts = drafts_table(table, dict(params.draft_specs), shapes_by_draft, target,
-                              lambda shape: predict_draft_cost_ratio(fit, shape, target))
+        specs = {**params.draft_specs, **params.sweep_specs}
+        shapes_by_draft = draft_shapes(specs, shapes, params.target)
+        predict_c = lambda shape: predict_draft_cost_ratio(fit, shape, target)  # noqa: E731
+        drafts = drafts_table(table, specs, shapes_by_draft, target, predict_c, run="study")
+        if len(inputs.sweep_sequences):
+            sweep_steps = pd.concat([pd.read_parquet(f) for f in inputs.sweep_steps], ignore_index=True)
+            sweep_sequences = pd.concat([pd.read_parquet(f) for f in inputs.sweep_sequences], ignore_index=True)
+            sweep = profiled_costmodel_table(profiles, sweep_steps, sweep_sequences, params.target, specs,
+                                             profiled_dtype=dtype)
+            log.info("draft sweep:\n%s", sweep.to_string(index=False))
+            drafts = pd.concat([drafts, drafts_table(sweep, specs, shapes_by_draft, target, predict_c, run="sweep")],
+                               ignore_index=True)
         write_csv(drafts, outputs.drafts)
         write_csv(best_per_domain(drafts), outputs.best)
         drafts_plot(drafts, outputs.drafts_plot)

@@ -1,4 +1,6 @@
-"""Snakemake script: one decoding job (setting, draft, domain, k, seed) -> steps.parquet + sequences.parquet."""
+"""Snakemake script: one decoding job (setting, draft, domain, k, seed) -> steps.parquet + sequences.parquet.
+
+The draft sweep runs several k in one job (params.ks, one baseline for all): its outputs are lists, one file per k."""
 
 import logging
 
@@ -6,28 +8,36 @@ import pandas as pd
 
 from specdec.io import write_parquet
 from specdec.logs import log_to
-from specdec.study import DecodeJob, Runtime, load_for_decoding, make_draft, run_decode_job
+from specdec.study import DecodeJob, Runtime, load_for_decoding, make_draft, run_decode_jobs
 
 log = logging.getLogger("decode")
+
+
+def _as_list(paths) -> list[str]:
+    return [paths] if isinstance(paths, str) else list(paths)
 
 
 def main(snakemake):
     with log_to(snakemake.log[0]):
         wc, params = snakemake.wildcards, snakemake.params
-        job = DecodeJob(setting=wc.setting, draft=wc.draft, domain=wc.domain, k=int(wc.k), seed=int(wc.seed),
+        ks = [int(k) for k in (params.get("ks") or [wc.k])]
+        job = DecodeJob(setting=wc.setting, draft=wc.draft, domain=wc.domain, k=ks[0], seed=int(wc.seed),
                         max_new_tokens=int(params.max_new_tokens), repeats=int(params.repeats), **params.sampling)
         runtime = Runtime(**params.runtime, threads=snakemake.threads)
-        log.info("job %s, draft %s, runtime %s", job, params.draft_spec, runtime)
+        log.info("job %s at k %s, draft %s, runtime %s", job, ks, params.draft_spec, runtime)
         target, target_tokenizer = load_for_decoding(snakemake.input.target, runtime)
         draft_dir = snakemake.input.get("draft") or None
         draft = make_draft(wc.draft, dict(params.draft_spec), target, target_tokenizer, draft_dir, runtime)
         prompts = pd.read_parquet(snakemake.input.prompts)
-        limit = params.get("prompt_limit")  # the sampled setting may use the first N prompts only
+        limit = params.get("prompt_limit")  # the sampled setting and the sweep may use the first N prompts only
         if limit:
             prompts = prompts.head(int(limit))
-        steps, sequences = run_decode_job(target, draft, prompts, job, log=log.info)
-        write_parquet(steps, snakemake.output.steps)
-        write_parquet(sequences, snakemake.output.sequences)
+        runs = run_decode_jobs(target, draft, prompts, job, ks, log=log.info)
+        for k, steps_path, sequences_path in zip(ks, _as_list(snakemake.output.steps),
+                                                 _as_list(snakemake.output.sequences), strict=True):
+            steps, sequences = runs[k]
+            write_parquet(steps, steps_path)
+            write_parquet(sequences, sequences_path)
 
 
 if "snakemake" in globals():

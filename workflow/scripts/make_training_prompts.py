@@ -33,8 +33,8 @@ def main(snakemake):
             selected = select_domain_prompts(domain, spec, frames, int(p.per_domain), int(p.seed))
             tables.append(build_prompt_table(selected, tokenizer, int(p.max_prompt_tokens),
                                              model_context_length(tok_dir, tokenizer), bool(p.use_chat_template)))
-            log.info("domain %s: %d training prompts (none of the %d evaluation prompts)", domain, len(tables[-1]),
-                     int((evaluation["domain"] == domain).sum()))
+            log.info("training domain %s: %d prompts (none of the %d evaluation prompts)", domain, len(tables[-1]),
+                     len(evaluation))
         table = pd.concat(tables, ignore_index=True)
         overlap = used & set(zip(table["source"], table["source_id"].astype(str)))
         assert not overlap, f"training prompts overlap the evaluation prompts: {sorted(overlap)}"
