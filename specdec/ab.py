@@ -11,10 +11,10 @@ from __future__ import annotations
 from typing import Callable, Mapping
 
 import pandas as pd
-import torch
 
 from .costmodel import one_token_calls
 from .decode import generate_baseline, generate_speculative
+from .interleave import batch_of_one, run_in_rotation
 from .stats import bootstrap_median_interval
 
 AB_COLUMNS = ["variant", "k", "n_prompts", "speedup_median", "speedup_lo", "speedup_hi", "acceptance",
@@ -25,23 +25,19 @@ def run_draft_ab(target, drafts: Mapping[str, object], prompts: pd.DataFrame, ks
                  log: Callable[[str], None] = print) -> pd.DataFrame:
     """One row per (prompt, k, method): method 'baseline' or a key of `drafts` (greedy decoding)."""
     rows = []
-    warm = torch.tensor([[int(t) for t in prompts.iloc[0]["input_ids"]]], dtype=torch.long)
+    warm = batch_of_one(prompts.iloc[0]["input_ids"])
     generate_baseline(target, warm, 2)
     for draft in drafts.values():  # first calls allocate and pick kernels: not recorded
         generate_speculative(target, draft, warm, max(ks), 2)
     methods = ["baseline", *drafts]
     turn = 0
     for prompt in prompts.itertuples(index=False):
-        input_ids = torch.tensor([[int(t) for t in prompt.input_ids]], dtype=torch.long)
+        input_ids = batch_of_one(prompt.input_ids)
         for k in ks:
-            order = methods[turn % len(methods):] + methods[:turn % len(methods)]
+            results = run_in_rotation(methods, turn, lambda m: (
+                generate_baseline(target, input_ids, max_new_tokens) if m == "baseline"
+                else generate_speculative(target, drafts[m], input_ids, k, max_new_tokens)))
             turn += 1
-            results = {}
-            for method in order:
-                if method == "baseline":
-                    results[method] = generate_baseline(target, input_ids, max_new_tokens)
-                else:
-                    results[method] = generate_speculative(target, drafts[method], input_ids, k, max_new_tokens)
             reference = results["baseline"]
             for method, result in results.items():
                 steps = pd.DataFrame(result.step_rows())

@@ -15,6 +15,7 @@ import torch
 
 from .decode import generate_speculative
 from .drafts import ModelDraft
+from .interleave import batch_of_one
 from .lm import PrefixMemoLM
 from .sampling import SamplingConfig, sample_from, warp_logits
 from .stats import GoodnessOfFit, chi_square_gof
@@ -189,7 +190,7 @@ def run_distribution_checks(target_model, draft_model, prompts, settings: Distri
     sampling = SamplingConfig(settings.temperature, settings.top_k, None)
     rows = []
     for prompt in prompts.head(settings.prompts_per_domain).itertuples(index=False):
-        input_ids = torch.tensor([[int(t) for t in prompt.input_ids]], dtype=torch.long)
+        input_ids = batch_of_one(prompt.input_ids)
         start = time.perf_counter()
         pair = MemoisedPair(target_model, draft_model, input_ids, sampling, settings.tokens, min_confidence)
         log(f"{prompt.prompt_id}: {len(pair.exact)} continuations, {pair.n_prefixes} prefixes, "

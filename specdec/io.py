@@ -1,4 +1,5 @@
-"""Atomic file writes: a reader never sees a half-written output, and an interrupted job leaves no complete-looking file."""
+"""Atomic file writes: a reader never sees a half-written output, and an interrupted job leaves no complete-looking file.
+Also the one reader the workflow's table stages share: many parquet outputs of one stage as one frame."""
 
 from __future__ import annotations
 
@@ -29,6 +30,11 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     finally:
         if tmp_path.exists():
             tmp_path.unlink()
+
+
+def read_parquets(paths) -> pd.DataFrame:
+    """The rows of every parquet file in `paths`, in order, as one frame."""
+    return pd.concat([pd.read_parquet(p) for p in paths], ignore_index=True)
 
 
 def write_parquet(df: pd.DataFrame, path: str | os.PathLike) -> None:

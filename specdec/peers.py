@@ -14,6 +14,7 @@ import pandas as pd
 import torch
 
 from .decode import generate_baseline, generate_speculative
+from .interleave import batch_of_one, run_in_rotation
 from .kernels import default_linear
 from .stats import bootstrap_median_interval
 
@@ -59,15 +60,14 @@ def run_peers_job(target, draft, prompts: pd.DataFrame, k: int, max_new_tokens: 
                   eos_token_ids, log: Callable[[str], None] = print) -> pd.DataFrame:
     """One row per (prompt, repeat, method): seconds, tokens and seconds per token."""
     rows = []
-    warm = torch.tensor([[int(t) for t in prompts.iloc[0]["input_ids"]]], dtype=torch.long)
+    warm = batch_of_one(prompts.iloc[0]["input_ids"])
     for method in METHODS:  # first calls allocate and pick kernels: not recorded
         _run(method, target, draft, warm, k, 2, eos_token_ids)
     for index, prompt in enumerate(prompts.itertuples(index=False)):
-        input_ids = torch.tensor([[int(t) for t in prompt.input_ids]], dtype=torch.long)
+        input_ids = batch_of_one(prompt.input_ids)
         for repeat in range(repeats):
-            shift = (index + repeat) % len(METHODS)
-            order = METHODS[shift:] + METHODS[:shift]
-            results = {m: _run(m, target, draft, input_ids, k, max_new_tokens, eos_token_ids) for m in order}
+            results = run_in_rotation(METHODS, index + repeat, lambda m: _run(m, target, draft, input_ids, k,
+                                                                              max_new_tokens, eos_token_ids))
             reference = results["ours_baseline"][0]
             for method, (tokens, seconds) in results.items():
                 rows.append(dict(prompt_id=prompt.prompt_id, repeat=repeat, method=method, seconds=seconds,

@@ -10,6 +10,7 @@ length varies): the prediction charges the measured ones, because the measured t
 from __future__ import annotations
 
 import pandas as pd
+import torch
 
 from .costmodel import AUDIT_KEYS, audited_step_timings, pooled_rates, predicted_speedup
 
@@ -153,7 +154,6 @@ DRAFTS_COLUMNS = ["draft", "kind", "draft_layers", "target_layers", "depth_ratio
 # After the issue's columns: which run a cell comes from (the study grid or the draft sweep), over how many prompts,
 # and the speedup the profiled costs predict for it (prediction.profiled_costmodel_table).
 DRAFTS_EXTRA_COLUMNS = ["run", "n_prompts", "predicted_speedup"]
-DTYPE_BYTES = {"float32": 4, "bfloat16": 2}
 
 
 def draft_shapes(draft_specs: dict[str, dict], profile_shapes: dict, target: str) -> dict:
@@ -167,7 +167,7 @@ def draft_shapes(draft_specs: dict[str, dict], profile_shapes: dict, target: str
         if kind == "model":
             shapes[name] = profile_shapes[spec["model"]]
             if "dtype" in spec:
-                shapes[name] = replace(shapes[name], dtype_bytes=DTYPE_BYTES[spec["dtype"]])
+                shapes[name] = replace(shapes[name], dtype_bytes=getattr(torch, spec["dtype"]).itemsize)
         elif kind in ("truncated", "distilled"):
             shapes[name] = profile_shapes[name]
         elif kind == "early_exit":

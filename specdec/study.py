@@ -18,6 +18,7 @@ from .decode import DecodeResult, generate_baseline, generate_speculative
 from .diagnose import diagnose_divergence
 from .draft_kinds import EarlyExitDraft, PromptLookupDraft
 from .drafts import ModelDraft
+from .interleave import batch_of_one, run_in_rotation
 from .kernels import use_row_adaptive_bf16_linear, use_weight_major_linear
 from .lm import eos_ids_of, vocab_size_of
 from .models import check_same_vocabulary, load_model
@@ -97,12 +98,12 @@ def make_draft(name: str, spec: dict, target, target_tokenizer, draft_dir, runti
     raise ValueError(f"draft {name!r}: unknown kind {kind!r} (known: {', '.join(DRAFT_KINDS)})")
 
 
-def _run(method: str, target, draft, input_ids, job: DecodeJob, seed: int) -> DecodeResult:
-    """The baseline, or the speculative loop at job.k (method is 'speculative' or 'k<k>')."""
-    sampling = dict(temperature=job.temperature, top_k=job.top_k, top_p=job.top_p, seed=seed)
-    if method == "baseline":
+def _run(k: int | None, target, draft, input_ids, job: DecodeJob) -> DecodeResult:
+    """The baseline (k None), or the speculative loop at k."""
+    sampling = dict(temperature=job.temperature, top_k=job.top_k, top_p=job.top_p, seed=job.seed)
+    if k is None:
         return generate_baseline(target, input_ids, job.max_new_tokens, **sampling)
-    return generate_speculative(target, draft, input_ids, job.k, job.max_new_tokens, **sampling)
+    return generate_speculative(target, draft, input_ids, k, job.max_new_tokens, **sampling)
 
 
 def run_decode_job(target, draft, prompts: pd.DataFrame, job: DecodeJob,
@@ -117,34 +118,31 @@ def run_decode_jobs(target, draft, prompts: pd.DataFrame, job: DecodeJob, ks: li
     run back to back in rotating order, so the baseline is timed once and each k's speedup is a ratio of timings
     taken within a minute. Returns, per k, (steps, sequences) as run_decode_job does for that k alone; the
     baseline's rows appear under every k."""
-    methods = ["baseline", *(f"k{k}" for k in ks)]
+    methods = [None, *ks]  # None: the baseline
     step_rows = {k: [] for k in ks}
     sequence_rows = {k: [] for k in ks}
+    job_keys = {k: {key: v for key, v in asdict(replace(job, k=k)).items() if key != "repeats"} for k in ks}
     # Warm-up (first calls allocate and pick kernels): not recorded.
-    warm = torch.tensor([[int(t) for t in prompts.iloc[0]["input_ids"]]], dtype=torch.long)
+    warm = batch_of_one(prompts.iloc[0]["input_ids"])
     generate_baseline(target, warm, 2)
     for k in ks:
         generate_speculative(target, draft, warm, k, 2)
     started = time.perf_counter()
     for index, prompt in enumerate(prompts.itertuples(index=False)):
-        input_ids = torch.tensor([[int(t) for t in prompt.input_ids]], dtype=torch.long)
+        input_ids = batch_of_one(prompt.input_ids)
         for repeat in range(job.repeats):
-            shift = (index + repeat) % len(methods)
-            order = methods[shift:] + methods[:shift]
-            results = {m: _run(m, target, draft, input_ids, replace(job, k=int(m[1:]) if m != "baseline" else job.k),
-                               job.seed) for m in order}
-            base = results["baseline"]
+            results = run_in_rotation(methods, index + repeat, lambda k: _run(k, target, draft, input_ids, job))
+            base = results[None]
             summaries = []
             for k in ks:
-                spec = results[f"k{k}"]
+                spec = results[k]
                 identical = base.tokens == spec.tokens
                 diagnosis = {}
                 if job.setting == "greedy" and not identical:
                     diagnosis = diagnose_divergence(target, draft, input_ids, k, job.max_new_tokens,
                                                     base.tokens, spec.tokens)
                     log(f"  divergence on {prompt.prompt_id} at k={k}: {diagnosis}")
-                keys = dict(asdict(replace(job, k=k)), prompt_id=prompt.prompt_id, repeat=repeat)
-                del keys["repeats"]
+                keys = dict(job_keys[k], prompt_id=prompt.prompt_id, repeat=repeat)
                 for method, result in (("baseline", base), ("speculative", spec)):
                     step_rows[k] += [dict(keys, method=method, **step) for step in result.step_rows()]
                     sequence_rows[k].append(dict(keys, method=method, n_prompt_tokens=len(prompt.input_ids),

@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from specdec.drafts import ModelDraft
+from specdec.interleave import batch_of_one, run_in_rotation
 from specdec.study import DecodeJob, run_decode_job, run_decode_jobs
 from specdec.testing import perturbed_copy, tiny_qwen2
 
@@ -51,3 +52,13 @@ def test_several_k_share_one_baseline_and_keep_greedy_identity(pair, prompts):
     # The single-k job produces the same tokens as the k = 1 frames of the multi-k job.
     assert runs[1][1]["tokens"].map(tuple).tolist() == single_sequences["tokens"].map(tuple).tolist()
     assert len(lines) == len(prompts) * JOB.repeats and all("k5" in line for line in lines)
+
+
+def test_rotation_starts_one_method_later_each_turn():
+    ran = []
+    orders = [list(run_in_rotation(["a", "b", "c"], turn, lambda m: ran.append(m) or m.upper())) for turn in range(4)]
+    assert orders == [["a", "b", "c"], ["b", "c", "a"], ["c", "a", "b"], ["a", "b", "c"]]
+    assert ran == [m for order in orders for m in order]  # each method runs once per turn, in that order
+    assert run_in_rotation((None, 2), 1, lambda k: k) == {2: 2, None: None}
+    ids = batch_of_one(pd.Series([3, 1, 4]).to_numpy())
+    assert ids.dtype == torch.long and ids.tolist() == [[3, 1, 4]]

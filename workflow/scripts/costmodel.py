@@ -15,7 +15,7 @@ import seaborn as sns  # noqa: E402
 from specdec.analysis import to_markdown  # noqa: E402
 from specdec.costmodel import (ModelShape, audited_step_timings, depth_vs_parameters_verdict, fit_cost_model,  # noqa: E402
                                predict_draft_cost_ratio)
-from specdec.io import atomic_path, write_csv, write_text  # noqa: E402
+from specdec.io import atomic_path, read_parquets, write_csv, write_text  # noqa: E402
 from specdec.logs import log_to  # noqa: E402
 from specdec.prediction import (best_per_domain, draft_shapes, drafts_table, profiled_costmodel_table,  # noqa: E402
                                 roofline)
@@ -121,9 +121,9 @@ def drafts_plot(drafts: pd.DataFrame, path) -> None:
 def main(snakemake):
     with log_to(snakemake.log[0]):
         inputs, outputs, params = snakemake.input, snakemake.output, snakemake.params
-        profiles = pd.concat([pd.read_parquet(f) for f in inputs.profiles], ignore_index=True)
-        steps = pd.concat([pd.read_parquet(f) for f in inputs.steps], ignore_index=True)
-        sequences = pd.concat([pd.read_parquet(f) for f in inputs.sequences], ignore_index=True)
+        profiles = read_parquets(inputs.profiles)
+        steps = read_parquets(inputs.steps)
+        sequences = read_parquets(inputs.sequences)
         bandwidth = json.loads(open(inputs.bandwidth).read())["bytes_per_second"]
         shapes = shapes_of(profiles)
         target = shapes[params.target]
@@ -142,8 +142,8 @@ def main(snakemake):
         predict_c = lambda shape: predict_draft_cost_ratio(fit, shape, target)  # noqa: E731
         drafts = drafts_table(table, specs, shapes_by_draft, target, predict_c, run="study")
         if len(inputs.sweep_sequences):
-            sweep_steps = pd.concat([pd.read_parquet(f) for f in inputs.sweep_steps], ignore_index=True)
-            sweep_sequences = pd.concat([pd.read_parquet(f) for f in inputs.sweep_sequences], ignore_index=True)
+            sweep_steps = read_parquets(inputs.sweep_steps)
+            sweep_sequences = read_parquets(inputs.sweep_sequences)
             sweep = profiled_costmodel_table(profiles, sweep_steps, sweep_sequences, params.target, specs,
                                              profiled_dtype=dtype)
             log.info("draft sweep:\n%s", sweep.to_string(index=False))

@@ -3,10 +3,8 @@ when a correct sampler is rejected or the wrong sampler is not."""
 
 import logging
 
-import pandas as pd
-
 from specdec.analysis import judge_distribution_checks
-from specdec.io import write_csv
+from specdec.io import read_parquets, write_csv
 from specdec.logs import log_to
 
 log = logging.getLogger("distribution_table")
@@ -18,7 +16,7 @@ class DistributionCheckError(RuntimeError):
 
 def main(snakemake):
     with log_to(snakemake.log[0]):
-        checks = pd.concat([pd.read_parquet(f) for f in snakemake.input], ignore_index=True)
+        checks = read_parquets(snakemake.input)
         table = judge_distribution_checks(checks, float(snakemake.params.alpha))
         log.info("distribution checks (threshold %.2e):\n%s", table["threshold"].iloc[0], table.to_string(index=False))
         failed = table[~table["passed"]]

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from specdec.io import write_parquet
+from specdec.io import read_parquets, write_parquet
 from specdec.logs import log_to
 from specdec.prompts import (build_prompt_table, domain_source_sets, model_context_length, read_prompt_source,
                              select_domain_prompts)
@@ -19,7 +19,7 @@ def main(snakemake):
 
     with log_to(snakemake.log[0]):
         p = snakemake.params
-        evaluation = pd.concat([pd.read_parquet(f) for f in snakemake.input.evaluation], ignore_index=True)
+        evaluation = read_parquets(snakemake.input.evaluation)
         used = set(zip(evaluation["source"], evaluation["source_id"].astype(str)))
         tok_dir = Path(snakemake.input.tokenizer)
         tokenizer = AutoTokenizer.from_pretrained(tok_dir)

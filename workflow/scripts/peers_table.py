@@ -2,9 +2,7 @@
 
 import logging
 
-import pandas as pd
-
-from specdec.io import write_csv
+from specdec.io import read_parquets, write_csv
 from specdec.logs import log_to
 from specdec.peers import peers_table
 
@@ -13,7 +11,7 @@ log = logging.getLogger("peers_table")
 
 def main(snakemake):
     with log_to(snakemake.log[0]):
-        runs = pd.concat([pd.read_parquet(f) for f in snakemake.input], ignore_index=True)
+        runs = read_parquets(snakemake.input)
         table = peers_table(runs)
         log.info("peers:\n%s", table.to_string(index=False))
         write_csv(table, snakemake.output[0])

@@ -3,10 +3,8 @@ identical) and report the spread of wall speedups across repeats; fail if anythi
 
 import logging
 
-import pandas as pd
-
 from specdec.analysis import reproduction_table
-from specdec.io import write_csv
+from specdec.io import read_parquets, write_csv
 from specdec.logs import log_to
 
 log = logging.getLogger("reproduce_table")
@@ -18,8 +16,8 @@ class NotReproducedError(RuntimeError):
 
 def main(snakemake):
     with log_to(snakemake.log[0]):
-        first = pd.concat([pd.read_parquet(f) for f in snakemake.input.first], ignore_index=True)
-        rerun = pd.concat([pd.read_parquet(f) for f in snakemake.input.rerun], ignore_index=True)
+        first = read_parquets(snakemake.input.first)
+        rerun = read_parquets(snakemake.input.rerun)
         table = reproduction_table(first, rerun)
         log.info("reproduction:\n%s", table.to_string(index=False))
         if not table["reproduced"].all():

@@ -2,10 +2,8 @@
 
 import logging
 
-import pandas as pd
-
 from specdec.analysis import study_table, to_markdown
-from specdec.io import write_csv, write_text
+from specdec.io import read_parquets, write_csv, write_text
 from specdec.logs import log_to
 
 log = logging.getLogger("study_table")
@@ -13,7 +11,7 @@ log = logging.getLogger("study_table")
 
 def main(snakemake):
     with log_to(snakemake.log[0]):
-        sequences = pd.concat([pd.read_parquet(f) for f in snakemake.input], ignore_index=True)
+        sequences = read_parquets(snakemake.input)
         table = study_table(sequences)
         log.info("\n%s", table.to_string(index=False))
         write_csv(table, snakemake.output.csv)

@@ -3,10 +3,8 @@ divergence that the diagnosis cannot explain as a floating-point near-tie."""
 
 import logging
 
-import pandas as pd
-
 from specdec.analysis import classify_greedy, greedy_identity_table
-from specdec.io import write_csv, write_parquet
+from specdec.io import read_parquets, write_csv, write_parquet
 from specdec.logs import log_to
 
 log = logging.getLogger("verify_greedy")
@@ -17,7 +15,7 @@ class GreedyDivergenceError(RuntimeError):
 
 
 def verify_greedy(sequence_files):
-    sequences = pd.concat([pd.read_parquet(f) for f in sequence_files], ignore_index=True)
+    sequences = read_parquets(sequence_files)
     classified = classify_greedy(sequences)
     table = greedy_identity_table(classified)
     log.info("greedy identity:\n%s", table.to_string(index=False))
