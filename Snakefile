@@ -1,4 +1,7 @@
-# SpecDec: exact speculative decoding, verified and measured. `snakemake --cores 2` runs the whole study.
+# SpecDec: exact speculative decoding, verified and measured.
+#   snakemake --cores 2                                  the study (config.yaml)
+#   snakemake --cores 2 --configfile config/quick.yaml   the same DAG, small grid, its own results folder
+#   named targets: sweep, peers, reproduce, llamacpp, roofline (see README and config/README.md)
 from snakemake.utils import min_version, validate
 
 min_version("9.0")
@@ -9,9 +12,9 @@ configfile: "config.yaml"
 
 # every rule runs in the one pinned environment (used with `--sdm conda`)
 SPECDEC_ENV = "../../envs/specdec.yaml"  # relative to workflow/rules/, where every rule lives
+SCHEMA = f"{workflow.basedir}/workflow/schemas/config.schema.yaml"
 
-
-validate(config, "workflow/schemas/config.schema.yaml")
+validate(config, SCHEMA)  # types, ranges, unknown keys; fills in the schema's defaults
 
 
 include: "workflow/rules/common.smk"
@@ -19,22 +22,23 @@ include: "workflow/rules/models.smk"
 include: "workflow/rules/prompts.smk"
 include: "workflow/rules/decode.smk"
 include: "workflow/rules/verify.smk"
-include: "workflow/rules/sweep.smk"
 include: "workflow/rules/costmodel.smk"
-include: "workflow/rules/peers.smk"
-include: "workflow/rules/distill.smk"
 include: "workflow/rules/report.smk"
+include: "workflow/rules/sweep.smk"
+include: "workflow/rules/distill.smk"
+include: "workflow/rules/peers.smk"
+include: "workflow/rules/reproduce.smk"
+include: "workflow/rules/llamacpp.smk"
 
 
 rule all:
     input:
-        "results/tables/greedy_identity.csv",
-        "results/tables/study.csv",
-        "results/tables/study.md",
-        "results/plots/acceptance_heatmap.png",
-        "results/plots/speedup_vs_k.png",
-        "results/provenance.yaml",
-        ["results/tables/distribution.csv"] if DISTRIBUTION and distribution_drafts() else [],
-        ["results/tables/costmodel.csv"] if PROFILING else [],
-        ["results/tables/peers.csv"] if PEERS and peers_drafts() else [],
+        f"{R}/tables/greedy_identity.csv",
+        f"{R}/tables/study.csv",
+        f"{R}/tables/study.md",
+        f"{R}/plots/acceptance_heatmap.png",
+        f"{R}/plots/speedup_vs_k.png",
+        f"{R}/provenance.yaml",
+        [f"{R}/tables/distribution.csv"] if DISTRIBUTION and distribution_drafts() else [],
+        [f"{R}/tables/costmodel.csv", f"{R}/tables/machines.csv"] if PROFILING else [],
     default_target: True

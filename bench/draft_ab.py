@@ -13,10 +13,11 @@ from pathlib import Path
 
 import pandas as pd
 
-from specdec.ab import draft_ab_table, run_draft_ab
 from specdec.drafts import ModelDraft
-from specdec.io import write_csv
-from specdec.study import Runtime, load_draft_model, load_for_decoding
+from specdec.loading import Runtime, load_for_decoding
+from specdec.study.ab import draft_ab_table, run_draft_ab
+from specdec.study.io import write_csv
+from specdec.study.jobs import load_draft_model
 
 
 def main() -> None:

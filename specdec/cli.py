@@ -53,8 +53,10 @@ def _build_parser() -> argparse.ArgumentParser:
                      help="the draft's dtype (default: --dtype); exactness does not depend on it")
     gen.add_argument("--device", default="cpu", help="torch device (default cpu)")
     gen.add_argument("--threads", type=int, default=None, metavar="N", help="torch CPU threads")
-    gen.add_argument("--no-weight-major", action="store_true",
-                     help="keep torch's nn.Linear (by default on CPU linear layers run as W @ x^T, see kernels.py)")
+    gen.add_argument("--linear-kernel", choices=("auto", "avx2", "weight_major", "default"), default="auto",
+                     help="how linear layers run on the CPU: auto (the backend measured fastest here for each weight "
+                          "shape and row count, timed at load: ~20 s for the 1.5B), avx2, weight_major, or default "
+                          "(torch's nn.Linear); see docs/performance.md")
     gen.add_argument("--baseline", action="store_true",
                      help="also run plain decoding: report the speedup and, at temperature 0, check greedy identity")
     return parser
@@ -85,13 +87,11 @@ def _status(msg: str) -> None:
 
 
 def _load(path: str, role: str, args: argparse.Namespace, dtype: str):
-    from specdec.models import read_manifest
-    from specdec.study import Runtime, load_for_decoding
+    from specdec.loading import Runtime, load_for_decoding, read_manifest
 
     read_manifest(path)  # a clear InvalidModelDirError for a missing or unprepared directory
     start = time.perf_counter()
-    runtime = Runtime(dtype=dtype, device=args.device,
-                      linear_kernel="default" if args.no_weight_major else "weight_major")
+    runtime = Runtime(dtype=dtype, device=args.device, linear_kernel=args.linear_kernel)
     model, tok = load_for_decoding(path, runtime)
     _status(f"loaded {role} {path} ({dtype}) in {time.perf_counter() - start:.1f} s")
     return model, tok
@@ -100,7 +100,7 @@ def _load(path: str, role: str, args: argparse.Namespace, dtype: str):
 def _prompt_ids(args: argparse.Namespace, tok):
     import torch
 
-    from specdec.prompts import apply_chat_template, tokenize_prompts
+    from specdec.chat import apply_chat_template, tokenize_prompts
 
     text = sys.stdin.read() if args.prompt == "-" else args.prompt
     use_template = not args.no_chat_template and getattr(tok, "chat_template", None) is not None
@@ -116,7 +116,7 @@ def _generate(args: argparse.Namespace) -> int:
     import torch
 
     from specdec.decode import generate_baseline, generate_speculative
-    from specdec.models import check_same_vocabulary, read_manifest
+    from specdec.loading import check_same_vocabulary, read_manifest
 
     _validate(args)
     if args.threads is not None:
@@ -185,11 +185,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = parser.parse_args(argv)
     except SystemExit as e:  # argparse errors (exit 2) and --help (exit 0)
         return e.code if isinstance(e.code, int) else EXIT_USAGE
-    from specdec.models import ModelSourceError
+    from specdec.errors import InvalidModelDirError
 
     try:
         return _generate(args)  # the only command so far
-    except (ValueError, ModelSourceError) as e:  # bad values, unprepared dirs, vocabulary mismatch
+    except (ValueError, InvalidModelDirError) as e:  # bad values, unprepared dirs, vocabulary mismatch
         print(f"specdec {args.command}: error: {e}", file=sys.stderr)
         return EXIT_USAGE
     except OSError as e:  # unreadable files inside a model directory

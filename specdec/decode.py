@@ -13,14 +13,20 @@ from __future__ import annotations
 
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Sequence
 
 import torch
 
-from .drafts import DraftProposer, as_proposer
+from .drafts.base import DraftProposer, Proposal, as_proposer
+from .eos import cut_after_eos
 from .errors import VocabularyMismatchError
 from .lm import LanguageModelSession, as_session
-from .sampling import SamplingConfig, _speculative_step_unchecked, greedy_step, sample_from, warp_logits
+from .sampling import (
+    SamplingConfig,
+    _speculative_step_unchecked,
+    greedy_step,
+    sample_from,
+    warp_logits,
+)
 
 
 @dataclass
@@ -38,6 +44,7 @@ class StepRecord:
     catchup_tokens: int
     verify_seconds: float  # the target's forward pass (the one-token step in the baseline)
     decide_seconds: float  # warping, the accept test and sampling
+    kernel: str = ""  # the linear backends that target pass ran on (specdec/kernels.py), where the session says
 
 
 @dataclass
@@ -87,6 +94,11 @@ def _prompt_tokens(input_ids: torch.Tensor) -> list[int]:
     return input_ids[0].tolist()
 
 
+def _kernel(session, rows: int) -> str:
+    kernel_for = getattr(session, "kernel_for", None)
+    return kernel_for(rows) if kernel_for else ""
+
+
 def _check_length(max_new_tokens: int) -> None:
     if not isinstance(max_new_tokens, int) or max_new_tokens < 1:
         raise ValueError(f"max_new_tokens must be a positive integer, got {max_new_tokens!r}")
@@ -96,13 +108,6 @@ def _choose(logits: torch.Tensor, sampling: SamplingConfig, generator: torch.Gen
     if sampling.greedy:
         return int(torch.argmax(logits))
     return sample_from(warp_logits(logits, sampling), generator)
-
-
-def _until_eos(tokens: list[int], eos_ids: frozenset[int]) -> list[int]:
-    for i, token in enumerate(tokens):
-        if token in eos_ids:
-            return tokens[: i + 1]
-    return tokens
 
 
 def generate_baseline(
@@ -134,13 +139,25 @@ def generate_baseline(
         result.tokens.append(token)
         result.steps.append(
             StepRecord(len(result.steps), "prefill" if feed is prompt else "target", 0, 0, 1, 1, 0.0, 0.0, 0,
-                       forward, decide)
+                       forward, decide, _kernel(target, len(feed)))
         )
         if token in target.eos_token_ids or len(result.tokens) >= max_new_tokens:
             break
         feed = [token]
     result.total_seconds = time.perf_counter() - begin
     return result
+
+
+def _checked(proposal: Proposal, budget: int, sampling: SamplingConfig, vocab_size: int) -> Proposal:
+    """A proposer's answer is input to the exact rule: refuse one that cannot be (a bug in a new draft kind)."""
+    if len(proposal.tokens) > budget:
+        raise ValueError(f"the draft proposed {len(proposal.tokens)} tokens, more than the {budget} asked for")
+    if proposal.tokens and not sampling.greedy and (
+            proposal.q is None or tuple(proposal.q.shape) != (len(proposal.tokens), vocab_size)):
+        shape = None if proposal.q is None else tuple(proposal.q.shape)
+        raise ValueError(f"above temperature 0 a proposal needs q of shape ({len(proposal.tokens)}, {vocab_size}): "
+                         f"the distributions its tokens were drawn from; got {shape}")
+    return proposal
 
 
 def check_compatible(target: LanguageModelSession, draft: DraftProposer) -> None:
@@ -194,13 +211,17 @@ def generate_speculative(
     first = _choose(logits, sampling, generator)
     decide = time.perf_counter() - start
     result.tokens.append(first)
-    result.steps.append(StepRecord(0, "prefill", 0, 0, 1, 1, draft_prefill, 0.0, 0, prefill, decide))
+    result.steps.append(StepRecord(0, "prefill", 0, 0, 1, 1, draft_prefill, 0.0, 0, prefill, decide,
+                                   _kernel(target_lm, len(prompt))))
     context = prompt + [first]
 
     while first not in eos_ids and len(result.tokens) < max_new_tokens:
         # The verify pass emits a token of its own, so never draft past the length budget.
         budget = min(k, max_new_tokens - len(result.tokens) - 1)
-        proposal = proposer.propose(context, budget, sampling, generator) if budget > 0 else None
+        proposal = None
+        if budget > 0:
+            proposal = _checked(proposer.propose(context, budget, sampling, generator), budget, sampling,
+                                target_lm.vocab_size).cut_after_eos(eos_ids)
         drafted = proposal.tokens if proposal is not None else []
 
         start = time.perf_counter()
@@ -217,7 +238,7 @@ def generate_speculative(
             n_accepted, next_token = rule(p, proposal.q, torch.tensor(drafted), generator)
         decide = time.perf_counter() - start
 
-        emitted = _until_eos(drafted[:n_accepted] + [next_token], eos_ids)
+        emitted = cut_after_eos(drafted[:n_accepted] + [next_token], eos_ids)
         target_lm.crop(len(context) + n_accepted)
         context += emitted
         result.tokens += emitted
@@ -235,6 +256,7 @@ def generate_speculative(
                 catchup_tokens=proposal.catchup_tokens if proposal else 0,
                 verify_seconds=verify,
                 decide_seconds=decide,
+                kernel=_kernel(target_lm, len(drafted) + 1),
             )
         )
         if emitted[-1] in eos_ids:

@@ -1,34 +1,93 @@
-"""CPU fast paths for batch-1 decoding that keep the model's weights (same values, same dtype).
+"""CPU fast paths for batch-1 decoding that keep the model's weights (same values, same dtype, no copy).
 
-On the 2-core AMD machines of this project, torch's fp32 `F.linear` (MKL) is 2-4x slower for 2-9 input rows than
-for one row, which makes a verify pass over k+1 positions cost several target steps. Computing the product as
-W @ x^T instead (the weight as the left operand) runs 2-9 rows in about the time of one: see README, "Performance".
+A decoding step multiplies every weight by one row, a verify pass by k + 1 rows. Which backend reads the weights
+fastest depends on the CPU and on the row count (docs/performance.md): on this project's AMD machines torch's fp32
+`F.linear` (MKL) reaches most of the bandwidth for one row and a third of it for 2-9, while on an Intel machine with
+AMX it is at the floor for one row. So a linear layer carries a table, row count -> backend, and the table can be
+measured on the machine itself (`time_backends` + `fastest_backends`: `runtime.linear_kernel: auto`).
+
+fp32 backends: "linear" (torch's F.linear), "weight_major" (W @ xᵀ, the weight as the left operand), "avx2"
+(specdec/_linear.c: every weight read once for 1-16 rows; built by the install where a C compiler is there, used
+only on CPUs with AVX2 and FMA). A bf16 layer (a draft held in bf16) uses RowAdaptiveBf16Linear instead.
 """
 
 from __future__ import annotations
 
+import statistics
+import time
 from contextlib import contextmanager
+from typing import Callable, Iterable, Mapping
 
 import torch
 from torch import nn
 
+try:
+    from . import _linear
+except ImportError:  # not built (no compiler at install time): the torch backends remain
+    _linear = None
 
-class WeightMajorLinear(nn.Module):
-    """nn.Linear computed as (W @ x^T)^T. Shares the original Parameters: no copy of the weights."""
+MAX_TABLE_ROWS = 16  # the avx2 kernel's limit; products of more rows (prompt passes) use F.linear
 
-    def __init__(self, linear: nn.Linear):
+
+def _linear_backend(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None) -> torch.Tensor:
+    return nn.functional.linear(x, w, b)
+
+
+def _weight_major(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None) -> torch.Tensor:
+    return (torch.mm(w, x.t()) if b is None else torch.addmm(b.unsqueeze(1), w, x.t())).t()
+
+
+def _avx2(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None) -> torch.Tensor:
+    x = x.contiguous()
+    y = torch.empty(x.shape[0], w.shape[0], dtype=torch.float32)
+    _linear.linear(w.data_ptr(), x.data_ptr(), 0 if b is None else b.data_ptr(), y.data_ptr(), w.shape[0],
+                   w.shape[1], x.shape[0], torch.get_num_threads())
+    return y
+
+
+BACKENDS: dict[str, Callable] = {"linear": _linear_backend, "weight_major": _weight_major, "avx2": _avx2}
+
+
+def available_backends() -> list[str]:
+    """The fp32 backends this machine can run."""
+    names = ["linear", "weight_major"]
+    if _linear is not None and _linear.supported():
+        names.append("avx2")
+    return names
+
+
+class BackendLinear(nn.Module):
+    """An fp32 nn.Linear whose product runs on table[rows] (default: `backend`); beyond MAX_TABLE_ROWS rows (a
+    prompt pass) on `backend`, or on F.linear where that is avx2. Shares the original Parameters: no copy."""
+
+    def __init__(self, linear: nn.Linear, backend: str = "linear", table: Mapping[int, str] | None = None):
         super().__init__()
+        unknown = {backend, *(table or {}).values()} - set(BACKENDS)
+        if unknown:
+            raise ValueError(f"unknown linear backend(s) {sorted(unknown)}; known: {sorted(BACKENDS)}")
+        if "avx2" in {backend, *(table or {}).values()} and "avx2" not in available_backends():
+            raise RuntimeError("the avx2 linear backend is not available here (specdec._linear not built, or a CPU "
+                               "without AVX2 and FMA)")
         self.in_features, self.out_features = linear.in_features, linear.out_features
-        self.weight = linear.weight
-        self.bias = linear.bias
+        self.weight, self.bias = linear.weight, linear.bias
+        self.table = {rows: (table or {}).get(rows, backend) for rows in range(1, MAX_TABLE_ROWS + 1)}
+        self.beyond = "linear" if backend == "avx2" else backend  # products of more rows than the table covers
+
+    def backend_for(self, rows: int) -> str:
+        return self.table.get(rows, self.beyond)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        rows = x.reshape(-1, self.in_features)
-        if self.bias is None:
-            out = torch.mm(self.weight, rows.t()).t()
-        else:
-            out = torch.addmm(self.bias.unsqueeze(1), self.weight, rows.t()).t()
+        rows = x.numel() // self.in_features
+        name = self.backend_for(rows) if x.dtype == torch.float32 else "linear"
+        out = BACKENDS[name](x.reshape(rows, self.in_features), self.weight, self.bias)
         return out.reshape(*x.shape[:-1], self.out_features)
+
+
+class WeightMajorLinear(BackendLinear):
+    """nn.Linear computed as (W @ xᵀ)ᵀ for every row count."""
+
+    def __init__(self, linear: nn.Linear):
+        super().__init__(linear, "weight_major")
 
 
 class RowAdaptiveBf16Linear(nn.Module):
@@ -52,6 +111,9 @@ class RowAdaptiveBf16Linear(nn.Module):
         self.weight_fp32 = linear.weight.detach().float()
         self.bias_fp32 = None if linear.bias is None else linear.bias.detach().float()
 
+    def backend_for(self, rows: int) -> str:
+        return "bf16" if rows <= self.max_bf16_rows else "bf16-as-fp32"
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         rows = x.numel() // self.in_features
         if rows <= self.max_bf16_rows:
@@ -59,40 +121,113 @@ class RowAdaptiveBf16Linear(nn.Module):
         return nn.functional.linear(x.float(), self.weight_fp32, self.bias_fp32).to(x.dtype)
 
 
-def use_row_adaptive_bf16_linear(model: nn.Module, max_bf16_rows: int = 8) -> nn.Module:
-    """Replace every bfloat16 nn.Linear of `model` in place (see RowAdaptiveBf16Linear); returns the model."""
+def _replace_linears(model: nn.Module, make: Callable[[nn.Linear], nn.Module | None]) -> nn.Module:
+    """Replace every plain nn.Linear for which make() returns a module; the original is kept for default_linear."""
     for parent in list(model.modules()):
         for name, child in list(parent.named_children()):
-            if type(child) is nn.Linear and child.weight.dtype == torch.bfloat16:
-                replacement = RowAdaptiveBf16Linear(child, max_bf16_rows)
-                replacement.original = [child]  # default_linear() swaps it back
-                setattr(parent, name, replacement)
-    return model
-
-
-def use_weight_major_linear(model: nn.Module) -> nn.Module:
-    """Replace every nn.Linear of `model` in place; returns the model."""
-    for parent in list(model.modules()):
-        for name, child in list(parent.named_children()):
-            if type(child) is nn.Linear:
-                replacement = WeightMajorLinear(child)
+            if type(child) is nn.Linear and (replacement := make(child)) is not None:
                 replacement.original = [child]  # in a list: not registered as a submodule
                 setattr(parent, name, replacement)
     return model
 
 
-@contextmanager
-def default_linear(model: nn.Module):
-    """Inside the block the model runs torch's own nn.Linear again (e.g. to time a library that uses it as shipped);
-    the weight-major layers come back afterwards. Weights are shared throughout: nothing is copied."""
+def use_row_adaptive_bf16_linear(model: nn.Module, max_bf16_rows: int = 8) -> nn.Module:
+    """Replace every bfloat16 nn.Linear of `model` in place (see RowAdaptiveBf16Linear); returns the model."""
+    return _replace_linears(model, lambda linear: RowAdaptiveBf16Linear(linear, max_bf16_rows)
+                            if linear.weight.dtype == torch.bfloat16 else None)
+
+
+def use_weight_major_linear(model: nn.Module) -> nn.Module:
+    """Replace every nn.Linear of `model` in place by a WeightMajorLinear; returns the model."""
+    return _replace_linears(model, WeightMajorLinear)
+
+
+def shape_key(linear: nn.Module) -> str:
+    return f"{linear.out_features}x{linear.in_features}"
+
+
+def use_backends(model: nn.Module, backend: str = "linear",
+                 tables: Mapping[str, Mapping[int, str]] | None = None) -> nn.Module:
+    """Replace every fp32 nn.Linear by a BackendLinear: its shape's table (from `fastest_backends`, keyed by
+    "out x in") where there is one, else `backend` for every row count; returns the model."""
+    return _replace_linears(model, lambda linear: BackendLinear(linear, backend, (tables or {}).get(shape_key(linear)))
+                            if linear.weight.dtype == torch.float32 else None)
+
+
+def linear_backends(model: nn.Module, rows: int) -> str:
+    """The backends the model's linear layers use for a product of `rows` rows, e.g. "avx2" or "avx2+linear"."""
+    used = {m.backend_for(rows) for m in model.modules() if hasattr(m, "backend_for")}
+    return "+".join(sorted(used)) or "linear"
+
+
+def restore_linears(model: nn.Module) -> list[tuple[nn.Module, str, nn.Module]]:
+    """Put torch's own nn.Linear layers back in place of the replaced ones; returns (parent, name, replacement)."""
     swapped = []
     for parent in list(model.modules()):
         for name, child in list(parent.named_children()):
-            if isinstance(child, (WeightMajorLinear, RowAdaptiveBf16Linear)) and hasattr(child, "original"):
+            if isinstance(child, (BackendLinear, RowAdaptiveBf16Linear)) and hasattr(child, "original"):
                 setattr(parent, name, child.original[0])
                 swapped.append((parent, name, child))
+    return swapped
+
+
+@contextmanager
+def default_linear(model: nn.Module):
+    """Inside the block the model runs torch's own nn.Linear again (e.g. to time a library that uses it as shipped);
+    the replaced layers come back afterwards. Weights are shared throughout: nothing is copied."""
+    swapped = restore_linears(model)
     try:
         yield model
     finally:
         for parent, name, child in swapped:
             setattr(parent, name, child)
+
+
+# --- measuring the backends on this machine ----------------------------------------------------------------------
+@torch.inference_mode()
+def time_backends(model: nn.Module, rows: Iterable[int] = range(1, 10), repeats: int = 3,
+                  backends: Iterable[str] | None = None, log: Callable[[str], None] = lambda _: None) -> list[dict]:
+    """Seconds per product, by weight shape, row count and backend, on the model's own fp32 weights.
+
+    Every weight of a shape is used in turn (a layer's weights are long out of cache when its turn comes back, as in
+    a decoding step), and the backends are interleaved within each repeat, so that a slow moment of a shared machine
+    hits all of them. One row per (shape, rows, backend): the median seconds of one product and the bytes read."""
+    backends = list(backends or available_backends())
+    by_shape: dict[str, list[nn.Module]] = {}
+    for module in model.modules():
+        if isinstance(module, (nn.Linear, BackendLinear)) and module.weight.dtype == torch.float32:
+            by_shape.setdefault(shape_key(module), []).append(module)
+    results = []
+    for key, layers in by_shape.items():
+        in_features = layers[0].in_features
+        for m in rows:
+            x = torch.randn(m, in_features)
+            seconds = {name: [] for name in backends}
+            for name in backends:  # first calls pick kernels and allocate: not timed
+                BACKENDS[name](x, layers[0].weight, layers[0].bias)
+            for repeat in range(repeats):
+                for name in backends[repeat % len(backends):] + backends[:repeat % len(backends)]:
+                    for layer in layers:
+                        start = time.perf_counter()
+                        BACKENDS[name](x, layer.weight, layer.bias)
+                        seconds[name].append(time.perf_counter() - start)
+            nbytes = layers[0].weight.numel() * 4
+            for name, times in seconds.items():
+                results.append({"shape": key, "layers": len(layers), "rows": m, "backend": name,
+                                "seconds": statistics.median(times), "bytes": nbytes})
+            log(f"{key} x{len(layers)} rows {m}: " + ", ".join(
+                f"{r['backend']} {r['seconds'] * 1e3:.2f} ms" for r in results[-len(backends):]))
+    return results
+
+
+def fastest_backends(timings: Iterable[Mapping]) -> dict[str, dict[int, str]]:
+    """Per weight shape and row count, the backend with the least median seconds (`time_backends` rows)."""
+    best: dict[tuple[str, int], Mapping] = {}
+    for row in timings:
+        key = (row["shape"], int(row["rows"]))
+        if key not in best or row["seconds"] < best[key]["seconds"]:
+            best[key] = row
+    tables: dict[str, dict[int, str]] = {}
+    for (shape, rows), row in sorted(best.items()):
+        tables.setdefault(shape, {})[rows] = row["backend"]
+    return tables

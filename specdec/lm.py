@@ -8,10 +8,13 @@ loop runs over a KV-cached Hugging Face model (`CachedLM`) or over a memo of ful
 
 from __future__ import annotations
 
+import copy
 from typing import Protocol, Sequence
 
 import torch
 from transformers import DynamicCache, PreTrainedModel
+
+from .kernels import linear_backends
 
 
 class LanguageModelSession(Protocol):
@@ -56,10 +59,17 @@ class CachedLM:
         self.vocab_size = vocab_size_of(model)
         self.eos_token_ids = frozenset(eos_token_ids) if eos_token_ids is not None else eos_ids_of(model)
         self._cache = DynamicCache(config=model.config)
+        self._kernels: dict[int, str] = {}
 
     @property
     def length(self) -> int:
         return self._cache.get_seq_length()
+
+    def kernel_for(self, rows: int) -> str:
+        """The linear backends a forward over `rows` positions runs on (recorded with each step)."""
+        if rows not in self._kernels:
+            self._kernels[rows] = linear_backends(self.model, rows)
+        return self._kernels[rows]
 
     def reset(self) -> None:
         self._cache = DynamicCache(config=self.model.config)
@@ -130,6 +140,19 @@ class PrefixMemoLM:
         self._memo = {key: row[index].clone() for key, row in self._memo.items()}
         self.vocab_size = len(index)
         self._frozen = True
+
+    def restricted(self, columns: Sequence[int], prefixes=None) -> PrefixMemoLM:
+        """A new session that answers like restrict() (only memoised prefixes, only these logit columns) and holds
+        only `prefixes` (every memoised one when None; each must be memoised), leaving this memo as it is."""
+        keys = list(self._memo) if prefixes is None else [tuple(p) for p in prefixes]
+        missing = [key for key in keys if key not in self._memo]
+        if missing:
+            raise KeyError(f"{len(missing)} prefixes are not memoised (e.g. one of length {len(missing[0])})")
+        view = copy.copy(self)
+        view._tokens, view._fed, view._root_length = [], [], None
+        view._memo = {key: self._memo[key] for key in keys}
+        view.restrict(columns)
+        return view
 
     def _key(self, prefix: tuple[int, ...]) -> tuple[int, ...]:
         if self.exact_depth is None or self._root_length is None:

@@ -4,8 +4,8 @@ import pandas as pd
 import pytest
 import torch
 
-from specdec.ab import AB_COLUMNS, draft_ab_table, run_draft_ab
 from specdec.drafts import ModelDraft
+from specdec.study.ab import AB_COLUMNS, draft_ab_table, run_draft_ab
 from specdec.testing import perturbed_copy, tiny_qwen2
 
 

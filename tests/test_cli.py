@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from specdec.cli import main
-from specdec.models import prepare_model
 from specdec import testing
+from specdec.cli import main
+from specdec.study.models import prepare_model
 from specdec.testing import TINY_VOCAB, perturbed_copy, tiny_qwen2
 
 V = TINY_VOCAB

@@ -7,13 +7,33 @@ import pytest
 import torch
 from scipy import stats
 
-from specdec.prediction import (DRAFTS_COLUMNS, DRAFTS_EXTRA_COLUMNS, best_per_domain, draft_shapes, drafts_table,
-                                early_exit_seconds, profiled_costmodel_table, roofline)
-from specdec.costmodel import (QWEN25_0_5B, QWEN25_1_5B, TERMS, ModelShape, audited_step_timings, costmodel_table,
-                               depth_vs_parameters_verdict, expected_catchup_rate, expected_tokens_per_pass,
-                               fit_cost_model, predict_draft_cost_ratio, predict_step_time, predicted_speedup,
-                               verify_cost, verify_seconds_by_positions)
-from specdec.profiling import memory_bandwidth, param_bytes, profile_model
+from specdec.study.costmodel import (
+    QWEN25_0_5B,
+    QWEN25_1_5B,
+    TERMS,
+    ModelShape,
+    audited_step_timings,
+    depth_vs_parameters_verdict,
+    expected_catchup_rate,
+    expected_tokens_per_pass,
+    fit_cost_model,
+    pooled_rates,
+    predict_draft_cost_ratio,
+    predict_step_time,
+    predicted_speedup,
+    verify_cost,
+)
+from specdec.study.prediction import (
+    DRAFTS_COLUMNS,
+    DRAFTS_EXTRA_COLUMNS,
+    best_per_domain,
+    draft_shapes,
+    drafts_table,
+    early_exit_seconds,
+    profiled_costmodel_table,
+    roofline,
+)
+from specdec.study.profiling import memory_bandwidth, param_bytes, profile_model
 from specdec.testing import tiny_qwen2
 
 POSITIONS = (1, 2, 3, 5, 9)
@@ -199,20 +219,19 @@ def test_audited_step_timings_by_hand():
     assert row["c"] == pytest.approx(0.04 / 0.11) and row["verify_cost_ratio"] == pytest.approx(2.0)
     assert row["decode_tokens_per_pass"] == pytest.approx(11 / 4)
     assert row["prefill_target_seconds"] == pytest.approx(1.1) and row["prefill_draft_seconds"] == 0.5
-    by_positions = verify_seconds_by_positions(steps).set_index("positions")
-    assert by_positions.loc[2, "verify_seconds"] == pytest.approx(0.15) and by_positions.loc[4, "n"] == 6
 
 
-def test_costmodel_table_by_hand():
+def test_pooled_rates_and_closed_form_on_audited_timings_by_hand():
     steps, sequences = hand_steps()
-    row = costmodel_table(steps, sequences).iloc[0]
+    row = pooled_rates(sequences).iloc[0]
     assert row["acceptance"] == pytest.approx(0.7) and row["tokens_per_pass"] == pytest.approx(12 / 5)
-    block = 3 * 0.04 + 0.22 + 0.5 * (0.06 - 0.04)
-    assert row["predicted_speedup"] == pytest.approx(2.75 * 0.11 / block)
     assert row["measured_speedup"] == pytest.approx((2.4 / 2.0 + 2.6 / 2.5) / 2)
-    assert row["rel_error"] == pytest.approx(row["predicted_speedup"] / row["measured_speedup"] - 1)
-    with_prefill = (1.1 + 11 * 0.11) / (1.1 + 0.5 + 11 / 2.75 * block)
-    assert row["predicted_speedup_with_prefill"] == pytest.approx(with_prefill)
+    audit = audited_step_timings(steps).iloc[0]
+    block = 3 * 0.04 + 0.22 + 0.5 * (0.06 - 0.04)
+    predicted = predicted_speedup(audit["decode_tokens_per_pass"], audit["target_step_seconds"],
+                                  audit["draft_step_seconds"], audit["verify_seconds"],
+                                  audit["catchup_call_seconds"], audit["catchup_rate"], k=3)
+    assert predicted == pytest.approx(2.75 * 0.11 / block)
 
 
 @pytest.fixture(scope="module")

@@ -5,7 +5,11 @@ import copy
 import pytest
 import torch
 
-from specdec.decode import VocabularyMismatchError, generate_baseline, generate_speculative
+from specdec.decode import (
+    VocabularyMismatchError,
+    generate_baseline,
+    generate_speculative,
+)
 from specdec.drafts import ModelDraft
 from specdec.kernels import use_row_adaptive_bf16_linear
 from specdec.lm import CachedLM

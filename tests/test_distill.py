@@ -4,7 +4,12 @@ import pandas as pd
 import pytest
 import torch
 
-from specdec.distill import DistillSettings, distill, distillation_loss, teacher_data
+from specdec.study.distill import (
+    DistillSettings,
+    distill,
+    distillation_loss,
+    teacher_data,
+)
 from specdec.testing import tiny_qwen2
 
 

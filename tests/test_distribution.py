@@ -5,18 +5,42 @@ threshold ALPHA / FAMILY_SIZE (family-wise error 1%). A wrong sampler counts as 
 below that same threshold at the same sample size. Seeds are fixed, so the p-values are reproducible.
 """
 
+import copy
+import importlib.util
 import itertools
+from pathlib import Path
+from types import SimpleNamespace
 
+import numpy as np
+import pandas as pd
 import pytest
 import torch
+from scipy import stats as scipy_stats
+from scipy.optimize import brentq
 
 from specdec import sampling
 from specdec.decode import generate_speculative
-from specdec.distribution import MemoisedPair, residual_drawn_from_p
 from specdec.lm import PrefixMemoLM
 from specdec.sampling import SamplingConfig, speculative_step, warp_logits
-from specdec.stats import chi_square_gof
+from specdec.study.analysis import judge_distribution_checks
+from specdec.study.distribution import (
+    EXACT,
+    SAMPLERS,
+    DistributionSettings,
+    MemoisedPair,
+    check_exact_law,
+    failure_messages,
+    plan_test,
+    residual_drawn_from_p,
+    run_distribution_checks,
+)
+from specdec.study.distribution import (
+    WRONG_SAMPLERS as STUDY_WRONG_SAMPLERS,
+)
+from specdec.study.stats import chi_square_gof, chi_square_power, samples_for_power, total_variation
 from specdec.testing import perturbed_copy, tiny_qwen2
+
+ROOT = Path(__file__).resolve().parents[1]
 
 ALPHA = 0.01
 FAMILY_SIZE = 9  # 5 one-step (p, q) pairs + 2 end-to-end settings + 2 memoised-pair checks (fp32 and bf16 draft)
@@ -29,7 +53,7 @@ K = 2
 
 
 # --- wrong samplers: each breaks one piece of the rule -------------------------------------------------------------
-residual_from_p = residual_drawn_from_p  # the study's own wrong sampler (specdec.distribution)
+residual_from_p = residual_drawn_from_p  # the study's own wrong sampler (specdec.study.distribution)
 
 
 def ratio_inverted(p, q, draft_tokens, generator):
@@ -174,7 +198,7 @@ def test_end_to_end_test_rejects_wrong_sampler():
     assert fit.p_value < THRESHOLD
 
 
-# --- the real-pair check's machinery (specdec.distribution), on a tiny pair with a realistic vocabulary ----------
+# --- the real-pair check's machinery (specdec.study.distribution), on a tiny pair with a realistic vocabulary ----------
 MEMO_SAMPLES = 3_000
 
 
@@ -189,9 +213,9 @@ def _memoised_pair(k_tokens=3, draft_dtype=torch.float32):
 def test_memoised_pair_samples_follow_the_target_and_reject_the_wrong_sampler(draft_dtype):
     pair = _memoised_pair(draft_dtype=draft_dtype)
     assert len(pair.exact) == 125 and abs(sum(pair.exact.values()) - 1.0) < 1e-9
-    # the loop runs on the union of supports only: far fewer tokens than the vocabulary
-    assert len(pair.kept) < 512
     check = pair.check(k=4, n_samples=MEMO_SAMPLES)
+    # the loop runs on the union of supports (and the prompt's tokens) only: far fewer tokens than the vocabulary
+    assert len(pair.kept) < 512
     print(f"memoised pair k=4: chi2={check.fit.chi2:.1f}/{check.fit.dof} p={check.fit.p_value:.4f}; wrong sampler "
           f"chi2={check.wrong_fit.chi2:.1f} p={check.wrong_fit.p_value:.3g}")
     assert check.fit.n_samples == MEMO_SAMPLES and check.fit.impossible == 0
@@ -231,3 +255,303 @@ def test_restricted_memo_refuses_unknown_prefixes():
     assert memo.vocab_size == 3 and memo.next_token_logits((1, 2)).shape == (3,)
     with pytest.raises(KeyError, match="not memoised"):
         memo.next_token_logits((1, 2, 4))
+
+
+# --- exact laws of the loop's output (the dynamic program), power and N, outcomes (issue 16) -----------------------
+# The fast tier's two fits of a wrong sampler's samples to its law form a family of their own (the slow tier's 18
+# fits another).
+LAW_FAMILY = 2
+LAW_THRESHOLD = ALPHA / LAW_FAMILY
+LAW_VOCAB = 16
+LAW_SAMPLING = SamplingConfig(1.0, top_k=3)
+DRAFT_SPECS = {
+    "model": {"kind": "model", "model": "d"},
+    "adaptive": {"kind": "model", "model": "d", "min_confidence": 0.4},
+    "hybrid": {"kind": "hybrid", "model": "d", "ngram_max": 2},
+    "lookup": {"kind": "prompt_lookup"},
+}
+
+
+def _law_models(noise=0.3):
+    """Target, draft and a prompt that repeats the target's greedy continuation of its start (so prompt lookup finds
+    matches); the EOS token is one the target may draw first, so that some sequences end early."""
+    target = tiny_qwen2(vocab_size=LAW_VOCAB, hidden_size=16, seed=5, init_std=0.3)
+    start = [7, 2, 12, 4]
+    with torch.inference_mode():
+        out = target.generate(torch.tensor([start]), max_new_tokens=4, do_sample=False)[0].tolist()
+        prompt = out + start + out[len(start):len(start) + 1]
+        first = warp_logits(target(input_ids=torch.tensor([prompt])).logits[0, -1].float(), LAW_SAMPLING)
+    eos = int(torch.nonzero(first).flatten()[torch.argmin(first[first > 0])])  # the least likely first token
+    target.generation_config.eos_token_id = eos
+    draft = perturbed_copy(target, noise=noise, seed=6)
+    return target, draft, torch.tensor([prompt]), eos
+
+
+def _law_pair(spec_name, length=3, noise=0.3):
+    target, draft, prompt, eos = _law_models(noise)
+    spec = DRAFT_SPECS[spec_name]
+    pair = MemoisedPair(target, None if spec["kind"] == "prompt_lookup" else draft, prompt, LAW_SAMPLING, length,
+                        draft_spec=spec)
+    assert pair.target.eos_token_ids == {eos}
+    return pair
+
+
+@pytest.mark.parametrize("spec_name", list(DRAFT_SPECS))
+def test_exact_rule_law_is_the_target_law(spec_name):
+    """The dynamic program with the exact rule reproduces the target's own law, for every proposer and k (budgets
+    cut by max_new_tokens, EOS inside the support, adaptive stops, lookup blocks); the wrong rules' laws are laws."""
+    pair = _law_pair(spec_name)
+    eos, = pair.target.eos_token_ids
+    assert any(len(sequence) < 3 and sequence[-1] == eos for sequence in pair.exact)  # EOS ends some
+    for k in (1, 2, 4):
+        laws = pair.laws(k)
+        assert total_variation(laws.by_sampler[EXACT.name], pair.exact) < 1e-12
+        check_exact_law(pair, k)
+        for sampler in STUDY_WRONG_SAMPLERS:
+            assert abs(sum(laws.by_sampler[sampler.name].values()) - 1.0) < 1e-12
+    if spec_name == "hybrid":  # the lookup blocks change the wrong rules' laws: the proposer's law is not ignored
+        model = _law_pair("model")
+        assert total_variation(pair.laws(4).by_sampler[STUDY_WRONG_SAMPLERS[0].name],
+                               model.laws(4).by_sampler[STUDY_WRONG_SAMPLERS[0].name]) > 1e-3
+
+
+MC_SAMPLES = 4_000
+
+
+@pytest.mark.parametrize("sampler", [s.name for s in STUDY_WRONG_SAMPLERS])
+def test_wrong_sampler_law_matches_the_wrong_sampler(sampler):
+    """Samples of the wrong sampler through the real loop (adaptive model draft, k = 2: blocks of 2, then of 1 as
+    max_new_tokens runs out) fit the law the dynamic program gives it. The same samples reject the target's law and
+    the law of the same sampler at k = 1 (another block structure): this comparison can fail."""
+    pair = _law_pair("adaptive")
+    law = pair.laws(2).by_sampler[sampler]
+    samples = pair.samples(2, MC_SAMPLES, seed=7, rejection_rule=SAMPLERS[sampler])
+    fit = chi_square_gof(samples, law)
+    print(f"{sampler}: TV to target {total_variation(law, pair.exact):.3f}, to k=1 law "
+          f"{total_variation(law, pair.laws(1).by_sampler[sampler]):.3f}; chi2 {fit.chi2:.1f}/{fit.dof} "
+          f"p {fit.p_value:.3f}")
+    assert fit.impossible == 0 and fit.p_value > LAW_THRESHOLD
+    assert chi_square_gof(samples, pair.exact).p_value < LAW_THRESHOLD
+    assert chi_square_gof(samples, pair.laws(1).by_sampler[sampler]).p_value < LAW_THRESHOLD
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("spec_name", ["hybrid", "lookup", "model"])
+def test_wrong_sampler_laws_match_the_loop_for_every_proposer(spec_name):
+    pair = _law_pair(spec_name)
+    for k in (1, 3):
+        for sampler in (EXACT, *STUDY_WRONG_SAMPLERS):
+            law = pair.laws(k).by_sampler[sampler.name]
+            fit = chi_square_gof(pair.samples(k, 4_000, seed=11, rejection_rule=sampler), law)
+            print(f"{spec_name} k={k} {sampler.name}: chi2 {fit.chi2:.1f}/{fit.dof} p {fit.p_value:.3f}")
+            assert fit.p_value > ALPHA / 18
+
+
+# --- power: N sized from the two exact laws ----------------------------------------------------------------------
+POWER_FAMILY = 8  # the test is judged as one of 8, as in a small study
+POWER_THRESHOLD = ALPHA / POWER_FAMILY
+
+
+def _power_pair():
+    """tokens 2, k 1: one draft token decides the second output. Flat tiny models, top-3: 9 outcomes."""
+    target = tiny_qwen2(vocab_size=LAW_VOCAB, hidden_size=16, seed=5, init_std=0.05)
+    draft = perturbed_copy(target, noise=0.1, seed=6)
+    return MemoisedPair(target, draft, torch.tensor([[7, 3, 12, 4]]), LAW_SAMPLING, 2)
+
+
+def _analytic(pair):
+    """The wrong sampler's law by hand (k = 1, 2 tokens): second token min(p, q) + (1 - sum min(p, q)) p after the
+    first; its TV distance to the target's law, and the N at which the noncentral chi-square power is 0.99."""
+    prompt = pair.prompt
+    dist = lambda memo, prefix: warp_logits(memo.next_token_logits(prompt + prefix), LAW_SAMPLING).double()
+    p0 = dist(pair.target, ())
+    wrong = {}
+    for first in torch.nonzero(p0).flatten().tolist():
+        p, q = dist(pair.target, (first,)), dist(pair.draft, (first,))
+        p, q = p / p.sum(), q / q.sum()
+        both = torch.minimum(p, q)
+        second = both + (1 - both.sum()) * p
+        for token in torch.nonzero(second).flatten().tolist():
+            wrong[(first, token)] = float(p0[first] / p0.sum() * second[token])
+    exact = pair.exact
+    tv = 0.5 * sum(abs(wrong.get(o, 0.0) - exact.get(o, 0.0)) for o in set(wrong) | set(exact))
+    delta = sum((wrong[o] - exact[o]) ** 2 / exact[o] for o in exact)
+    dof = len(exact) - 1
+    critical = scipy_stats.chi2.isf(POWER_THRESHOLD, dof)
+    n = brentq(lambda n: scipy_stats.ncx2.sf(critical, dof, n * delta) - 0.99, 1, 1e7)
+    return wrong, tv, n
+
+
+def test_sample_size_is_the_analytic_one_and_rejects_the_wrong_sampler():
+    pair = _power_pair()
+    wrong_law = pair.laws(1).by_sampler[STUDY_WRONG_SAMPLERS[0].name]
+    wrong, tv, n_analytic = _analytic(pair)
+    assert total_variation(wrong, wrong_law) < 1e-12 and 0.02 < tv < 0.15
+    assert min(pair.exact.values()) * n_analytic > 5  # no pooling at that N: the closed form applies
+    plan = plan_test(pair.exact, {s.name: pair.laws(1).by_sampler[s.name] for s in STUDY_WRONG_SAMPLERS}, POWER_THRESHOLD,
+                     power=0.99, max_samples=100_000, min_samples=1)
+    print(f"TV {tv:.4f}; N analytic {n_analytic:.1f}, chosen {plan.n_samples}, power {plan.power:.4f}")
+    assert plan.sampler == STUDY_WRONG_SAMPLERS[0].name and plan.has_power
+    assert abs(plan.n_samples - n_analytic) / n_analytic < 0.03 and plan.power >= 0.99
+    assert chi_square_power(pair.exact, wrong_law, plan.n_samples - 1, POWER_THRESHOLD) < 0.99  # the smallest N
+    # 40 seeded repetitions at that N, drawn from the wrong sampler's exact law (which the test above ties to the loop)
+    rng = np.random.default_rng(0)
+    outcomes = list(wrong_law)
+    probs = np.array([wrong_law[o] for o in outcomes])
+    rejected = 0
+    for _ in range(40):
+        counts = rng.multinomial(plan.n_samples, probs / probs.sum())
+        samples = [o for o, c in zip(outcomes, counts) for _ in range(c)]
+        rejected += chi_square_gof(samples, pair.exact).p_value < POWER_THRESHOLD
+    assert rejected >= 38  # >= 95%
+    # a cap below that N: no power, and the N it would need is reported
+    capped = plan_test(pair.exact, {STUDY_WRONG_SAMPLERS[0].name: wrong_law}, POWER_THRESHOLD, 0.99,
+                       max_samples=plan.n_samples // 2)
+    assert not capped.has_power and capped.n_needed == plan.n_samples and capped.n_samples == plan.n_samples // 2
+
+
+@pytest.mark.slow
+def test_at_the_chosen_n_the_real_wrong_sampler_is_rejected_in_40_repetitions():
+    pair = _power_pair()
+    plan = plan_test(pair.exact, {s.name: pair.laws(1).by_sampler[s.name] for s in STUDY_WRONG_SAMPLERS}, POWER_THRESHOLD)
+    rejected = sum(
+        chi_square_gof(pair.samples(1, plan.n_samples, seed=100_000 * (r + 1), rejection_rule=STUDY_WRONG_SAMPLERS[0]),
+                       pair.exact).p_value < POWER_THRESHOLD
+        for r in range(40))
+    print(f"N {plan.n_samples}: {rejected}/40 rejected")
+    assert rejected >= 38
+
+
+def test_power_counts_impossible_samples_and_pools_like_the_test():
+    exact = {"a": 0.5, "b": 0.3, "c": 0.2}
+    assert chi_square_power(exact, exact, 1000, 0.01) == pytest.approx(0.01)
+    # mass 0.01 on an impossible outcome: at least 1 - 0.99^n
+    assert chi_square_power(exact, {"a": 0.49, "b": 0.3, "c": 0.2, "z": 0.01}, 500, 0.01) >= 1 - 0.99 ** 500
+    # at n = 10 only 'a' has an expected count of 5: b and c pool into one cell, whose deviation is then invisible
+    swapped = {"a": 0.5, "b": 0.2, "c": 0.3}
+    assert chi_square_power(exact, swapped, 10, 0.01) == pytest.approx(0.01)
+    assert chi_square_power(exact, swapped, 2000, 0.01) > 0.99
+    assert samples_for_power(exact, exact, 0.01).n_needed is None
+
+
+# --- outcomes: no power is reported, not failed; a family without power fails ----------------------------------------
+def _prompts(pair_prompt):
+    return pd.DataFrame({"prompt_id": ["p0"], "input_ids": [list(pair_prompt)]})
+
+
+def _rows(draft_noise, domain, settings):
+    target = tiny_qwen2(vocab_size=LAW_VOCAB, hidden_size=16, seed=5, init_std=0.05)
+    draft = copy.deepcopy(target) if draft_noise is None else perturbed_copy(target, noise=draft_noise, seed=6)
+    rows = pd.DataFrame(run_distribution_checks(target, draft, _prompts([7, 3, 12, 4]), settings, family_size=2,
+                                                log=lambda message: None))
+    rows.insert(0, "domain", domain)
+    rows.insert(0, "draft", "d")
+    return rows
+
+
+NO_POWER_SETTINGS = DistributionSettings(top_k=3, tokens=2, k=(1,), prompts_per_domain=1, min_samples=200,
+                                         max_samples=1000)
+
+
+def test_a_draft_equal_to_the_target_gives_no_power_not_a_failure():
+    equal = _rows(None, "prose", NO_POWER_SETTINGS)  # the wrong samplers are then exactly right
+    row = equal.iloc[0]
+    assert not row["has_power"] and row["tv_distance"] < 1e-12 and pd.isna(row["n_needed"])
+    assert row["n_samples"] == NO_POWER_SETTINGS.max_samples
+    powered = _rows(0.1, "prose", NO_POWER_SETTINGS)
+    assert powered.iloc[0]["has_power"] and powered.iloc[0]["n_samples"] >= NO_POWER_SETTINGS.min_samples
+    # one domain with a powered test and one without: "no power" is reported, nothing fails
+    table = judge_distribution_checks(pd.concat([powered, equal], ignore_index=True), ALPHA)
+    assert list(table["outcome"]) == ["pass", "no power"] and table["passed"].all()
+    assert failure_messages(table) == []
+    # no test of the (draft, domain) has power: the family fails, saying so and what to change
+    alone = judge_distribution_checks(equal, ALPHA)
+    assert list(alone["outcome"]) == ["no power"]
+    message, = failure_messages(alone)
+    assert "d/prose" in message and "no test with power" in message and "prompt p0, k=1" in message
+    assert "TV distance 0" in message and "no N can tell them apart" in message
+    assert "distribution_check.max_samples" in message
+    # a share instead: half the tests must have power
+    assert failure_messages(table, min_powered_share=0.5) == []
+    assert "min_powered_share = 0.75" in failure_messages(table, min_powered_share=0.75)[0]
+
+
+def test_failures_name_the_test_the_tv_distance_and_the_config_key():
+    base = {"draft": "d", "domain": "code", "prompt_id": "p9", "k": 4, "n_samples": 5000, "chi2": 1.0, "dof": 3,
+            "impossible": 0, "wrong_sampler": "residual drawn from p", "tv_distance": 0.0123, "power": 0.995,
+            "has_power": True, "n_needed": 4000, "target_power": 0.99}
+    checks = pd.DataFrame([
+        {**base, "p_value": 0.5, "wrong_sampler_p_value": 0.3},  # powered, wrong sampler not rejected
+        {**base, "prompt_id": "p8", "p_value": 1e-9, "wrong_sampler_p_value": 0.0},  # correct sampler rejected
+        {**base, "prompt_id": "p7", "p_value": 0.0, "wrong_sampler_p_value": 0.0, "impossible": 2},
+        {**base, "prompt_id": "p6", "p_value": 0.5, "wrong_sampler_p_value": 0.3, "has_power": False,
+         "power": 0.4, "n_needed": 250_000},
+    ])
+    table = judge_distribution_checks(checks, ALPHA)
+    assert list(table.columns[:9]) == ["draft", "domain", "prompt_id", "k", "n_samples", "chi2", "dof", "p_value",
+                                       "wrong_sampler_p_value"]
+    assert list(table["outcome"]) == ["FAIL wrong sampler not rejected", "FAIL correct sampler rejected",
+                                      "FAIL impossible sample", "no power"]
+    assert list(table["passed"]) == [False, False, False, True]
+    messages = failure_messages(table)
+    assert len(messages) == 3
+    assert "prompt p9, k=4" in messages[0] and "TV distance 0.0123" in messages[0] and "power 0.995" in messages[0]
+    assert "distribution_check.seed" in messages[0]
+    assert "prompt p8, k=4" in messages[1] and "exactness failure" in messages[1]
+    assert "prompt p7" in messages[2] and "probability 0" in messages[2]
+    # older rows (no power columns): every test counts as having power, as before
+    old = judge_distribution_checks(checks.drop(columns=["has_power"]).iloc[[3]], ALPHA)
+    assert list(old["outcome"]) == ["FAIL wrong sampler not rejected"]
+
+
+def test_distribution_table_stage_reports_no_power_and_fails_a_family_without_power(tmp_path):
+    spec = importlib.util.spec_from_file_location("distribution_table_script",
+                                                  ROOT / "workflow/scripts/distribution_table.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    base = {"draft": "d", "prompt_id": "p0", "k": 1, "n_samples": 1000, "chi2": 1.0, "dof": 8, "p_value": 0.5,
+            "impossible": 0, "wrong_sampler": "residual drawn from p", "power": 0.3, "target_power": 0.99}
+    files = []
+    for domain, has_power, wrong_p, tv, needed in [("code", True, 1e-9, 0.1, 400), ("prose", False, 0.4, 0.0, None)]:
+        files.append(tmp_path / f"{domain}.parquet")
+        pd.DataFrame([{**base, "domain": domain, "has_power": has_power, "wrong_sampler_p_value": wrong_p,
+                       "tv_distance": tv, "n_needed": needed}]).to_parquet(files[-1])
+
+    def run(inputs, settings):
+        fake = SimpleNamespace(input=[str(f) for f in inputs], output=[str(tmp_path / "distribution.csv")],
+                               log=[str(tmp_path / "table.log")], params=SimpleNamespace(settings=settings))
+        script.main(fake)
+
+    with pytest.raises(script.DistributionCheckError, match="d/prose has no test with power"):
+        run(files, {"alpha": 0.01, "max_samples": 1000})
+    assert not (tmp_path / "distribution.csv").exists()
+    run(files, {"alpha": 0.01, "max_samples": 1000, "min_powered_share": 0.5})
+    table = pd.read_csv(tmp_path / "distribution.csv")
+    assert list(table["outcome"]) == ["pass", "no power"] and table["passed"].all()
+    assert "no power on this prompt: d/prose p0 k=1" in (tmp_path / "table.log").read_text()
+
+
+def test_settings_from_config_keep_the_old_fixed_n():
+    old = DistributionSettings.from_config({"samples": 1000, "k": [3], "drafts": ["x"], "alpha": 0.01})
+    assert old.samples == 1000 and old.k == (3,)
+    assert old.family_size(n_jobs=4) == 4 * old.prompts_per_domain
+    with pytest.raises(ValueError, match="distribution_check.min_samples"):
+        DistributionSettings.from_config({"min_samples": 10, "max_samples": 5})
+    # a fixed N: the test runs at N whatever its power, and says whether it has power there
+    exact = {"a": 0.5, "b": 0.5}
+    plan = plan_test(exact, {"w": {"a": 0.6, "b": 0.4}}, 0.01, samples=200)
+    assert plan.n_samples == 200 and not plan.has_power and plan.n_needed > 200
+    assert plan_test(exact, {"w": {"a": 0.6, "b": 0.4}}, 0.01, samples=5000).has_power
+
+
+def test_the_stronger_wrong_sampler_is_used_where_the_first_has_no_power():
+    exact = {"a": 0.5, "b": 0.3, "c": 0.2}
+    subtle, strong = {"a": 0.49, "b": 0.31, "c": 0.2}, {"a": 0.3, "b": 0.3, "c": 0.2, "z": 0.2}
+    laws = {STUDY_WRONG_SAMPLERS[0].name: subtle, STUDY_WRONG_SAMPLERS[1].name: strong}
+    plan = plan_test(exact, laws, 0.001, max_samples=5_000, min_samples=100)
+    assert plan.sampler == STUDY_WRONG_SAMPLERS[1].name and plan.has_power and plan.n_samples == 100
+    assert plan.n_needed_by_sampler[STUDY_WRONG_SAMPLERS[0].name] > 5_000
+    assert plan.tv_by_sampler == {STUDY_WRONG_SAMPLERS[0].name: pytest.approx(0.01),
+                                  STUDY_WRONG_SAMPLERS[1].name: pytest.approx(0.2)}
+    # with a cap that reaches the subtle one, it is preferred
+    assert plan_test(exact, laws, 0.001, max_samples=10 ** 6).sampler == STUDY_WRONG_SAMPLERS[0].name

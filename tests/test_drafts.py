@@ -15,11 +15,17 @@ import torch
 
 import specdec.decode as decode
 from specdec.decode import generate_baseline, generate_speculative
-from specdec.draft_kinds import EarlyExitDraft, PromptLookupDraft, early_exit_model
-from specdec.drafts import ModelDraft, Proposal, as_proposer
+from specdec.drafts import (
+    EarlyExitDraft,
+    ModelDraft,
+    PromptLookupDraft,
+    Proposal,
+    as_proposer,
+    early_exit_model,
+)
 from specdec.lm import CachedLM, PrefixMemoLM
 from specdec.sampling import SamplingConfig, warp_logits
-from specdec.stats import chi_square_gof
+from specdec.study.stats import chi_square_gof
 from specdec.testing import perturbed_copy, tiny_qwen2
 
 VOCAB = 64

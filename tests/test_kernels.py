@@ -4,7 +4,11 @@ import pytest
 import torch
 from torch import nn
 
-from specdec.kernels import RowAdaptiveBf16Linear, default_linear, use_row_adaptive_bf16_linear
+from specdec.kernels import (
+    RowAdaptiveBf16Linear,
+    default_linear,
+    use_row_adaptive_bf16_linear,
+)
 from specdec.testing import tiny_qwen2
 
 

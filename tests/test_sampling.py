@@ -3,7 +3,13 @@
 import pytest
 import torch
 
-from specdec.sampling import SamplingConfig, greedy_step, residual_distribution, speculative_step, warp_logits
+from specdec.sampling import (
+    SamplingConfig,
+    greedy_step,
+    residual_distribution,
+    speculative_step,
+    warp_logits,
+)
 
 
 def test_warp_temperature_matches_softmax():

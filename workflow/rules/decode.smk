@@ -5,27 +5,29 @@
 rule decode:
     input:
         unpack(draft_model_input),
+        unpack(kernel_inputs),
         target=model_dir(config["target"]),
-        prompts="results/prompts/{domain}.parquet",
+        prompts=f"{R}/prompts/{{domain}}.parquet",
     output:
-        steps="results/runs/{setting}/{draft}/{domain}/k{k}/seed{seed}/steps.parquet",
-        sequences="results/runs/{setting}/{draft}/{domain}/k{k}/seed{seed}/sequences.parquet",
+        steps=f"{R}/runs/{{setting}}/{{draft}}/{{domain}}/k{{k}}/seed{{seed}}/steps.parquet",
+        sequences=f"{R}/runs/{{setting}}/{{draft}}/{{domain}}/k{{k}}/seed{{seed}}/sequences.parquet",
     params:
         draft_spec=lambda wc: draft_spec(wc.draft),
+        plugins=PLUGINS,
         sampling=sampling_params,
         max_new_tokens=DECODING["max_new_tokens"],
-        repeats=DECODING.get("repeats", 1),
+        repeats=DECODING["repeats"],
         runtime=RUNTIME,
         prompt_limit=lambda wc: None if wc.setting == "greedy" else DECODING["sampled"].get("prompts_per_domain"),
-    threads: workflow.cores
+    threads: THREADS
     resources:
         mem_mb=14000,
-        gpu=1 if RUNTIME.get("device") == "cuda" else 0,
+        gpu=1 if RUNTIME["device"] == "cuda" else 0,
     conda:
         SPECDEC_ENV
     log:
-        "logs/decode/{setting}/{draft}/{domain}/k{k}/seed{seed}.log",
+        f"{LOG}/decode/{{setting}}/{{draft}}/{{domain}}/k{{k}}/seed{{seed}}.log",
     benchmark:
-        "benchmarks/decode/{setting}/{draft}/{domain}/k{k}/seed{seed}.tsv"
+        f"{BENCH}/decode/{{setting}}/{{draft}}/{{domain}}/k{{k}}/seed{{seed}}.tsv"
     script:
         "../scripts/decode.py"

@@ -1,45 +1,42 @@
 # Distilled drafts: a truncated model trained to match the target's next-token distributions on the target's own
-# continuations of a training prompt set disjoint from the evaluation prompts.
-
-DISTILLATION = config.get("distillation") or {}
-# Where training prompts come from (default: the evaluation domains' sources, minus the evaluation prompts).
-TRAINING_DOMAINS = DISTILLATION.get("domains") or config["domains"]
+# continuations of a training prompt set disjoint from the evaluation prompts. Run when a distilled draft is decoded
+# (usually by the draft sweep).
 
 
 rule make_training_prompts:
     input:
-        unpack(lambda wc: {s: f"resources/prompt_sources/{source_file_name(s, config['prompt_sources'][s])}"
-                           for d in TRAINING_DOMAINS.values() for s in domain_source_sets(d)}),
-        evaluation=expand("results/prompts/{domain}.parquet", domain=list(config["domains"])),
+        unpack(lambda wc: prompt_source_files(TRAINING_DOMAINS)),
+        evaluation=expand(f"{R}/prompts/{{domain}}.parquet", domain=list(config["domains"])),
         tokenizer=model_dir(config["target"]),
     output:
-        "results/prompts/train.parquet",
+        f"{R}/prompts/train.parquet",
     params:
         domains=TRAINING_DOMAINS,
         prompt_sources=config["prompt_sources"],
         per_domain=DISTILLATION.get("prompts_per_domain", 8),
         seed=DISTILLATION.get("seed", 1),
-        max_prompt_tokens=config["prompts"].get("max_prompt_tokens", 1024),
-        use_chat_template=config["prompts"].get("use_chat_template", True),
+        max_prompt_tokens=config["prompts"]["max_prompt_tokens"],
+        use_chat_template=config["prompts"]["use_chat_template"],
     conda:
         SPECDEC_ENV
     log:
-        "logs/distill/training_prompts.log",
+        f"{LOG}/distill/training_prompts.log",
     script:
         "../scripts/make_training_prompts.py"
 
 
 rule distill_data:
     input:
+        unpack(kernel_inputs),
         target=model_dir(config["target"]),
-        prompts="results/prompts/train.parquet",
+        prompts=f"{R}/prompts/train.parquet",
     output:
         directory("resources/distill/teacher"),
     params:
         new_tokens=DISTILLATION.get("new_tokens", 64),
         top_k=DISTILLATION.get("top_k", 64),
         runtime=RUNTIME,
-    threads: workflow.cores
+    threads: THREADS
     resources:
         mem_mb=12000,
     conda:
@@ -54,11 +51,11 @@ rule distill_data:
 
 rule derive_distill_init:
     input:
-        lambda wc: model_dir(config["draft_kinds"][wc.distilled]["model"]),
+        lambda wc: model_dir(draft_spec(wc.distilled)["model"]),
     output:
         directory("resources/distill/{distilled}/init"),
     params:
-        layers=lambda wc: config["draft_kinds"][wc.distilled]["layers"],
+        layers=lambda wc: draft_spec(wc.distilled)["layers"],
     conda:
         SPECDEC_ENV
     log:
@@ -76,10 +73,9 @@ rule distill_draft:
         loss="results/distill/{distilled}/loss.csv",
         plot=report("results/plots/distill_{distilled}.png", caption="../report/distill.rst", category="Drafts"),
     params:
-        settings=lambda wc: {**{k: v for k, v in DISTILLATION.get("training", {}).items()},
-                             **config["draft_kinds"][wc.distilled].get("training", {})},
+        settings=distill_training,
         checkpoints=lambda wc: f"resources/distill/{wc.distilled}/checkpoints",
-    threads: workflow.cores
+    threads: THREADS
     resources:
         mem_mb=12000,
     conda:

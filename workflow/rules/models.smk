@@ -1,4 +1,5 @@
 # Models stage: each model of config.yaml becomes resources/models/{model}/ (safetensors + tokenizer + manifest).
+# Models are shared by every run (the study, the quick run), so their logs are too.
 
 
 rule prepare_model:
@@ -22,11 +23,11 @@ rule prepare_model:
 
 rule derive_truncated_draft:
     input:
-        lambda wc: model_dir(config["draft_kinds"][wc.derived]["model"]),
+        lambda wc: model_dir(draft_spec(wc.derived)["model"]),
     output:
         directory("resources/models/{derived}"),
     params:
-        layers=lambda wc: config["draft_kinds"][wc.derived]["layers"],
+        layers=lambda wc: draft_spec(wc.derived)["layers"],
     conda:
         SPECDEC_ENV
     log:

@@ -23,18 +23,18 @@ rule make_prompts:
     input:
         unpack(prompt_inputs),
     output:
-        "results/prompts/{domain}.parquet",
+        f"{R}/prompts/{{domain}}.parquet",
     params:
         domain_spec=lambda wc: config["domains"][wc.domain],
         prompt_sources=config["prompt_sources"],
         n=config["prompts"]["per_domain"],
         seed=config["prompts"]["seed"],
-        max_prompt_tokens=config["prompts"].get("max_prompt_tokens", 1024),
-        use_chat_template=config["prompts"].get("use_chat_template", True),
-        system_prompt=config["prompts"].get("system_prompt"),
+        max_prompt_tokens=config["prompts"]["max_prompt_tokens"],
+        use_chat_template=config["prompts"]["use_chat_template"],
+        system_prompt=config["prompts"]["system_prompt"],
     conda:
         SPECDEC_ENV
     log:
-        "logs/prompts/{domain}.log",
+        f"{LOG}/prompts/{{domain}}.log",
     script:
         "../scripts/make_prompts.py"

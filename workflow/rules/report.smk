@@ -1,47 +1,48 @@
-# Final tables, plots and provenance.
+# Final tables, plots and provenance of the study.
 
 
 rule study_table:
     input:
         run_files("sequences.parquet"),
     output:
-        csv=report("results/tables/study.csv", caption="../report/study.rst", category="Study"),
-        md="results/tables/study.md",
+        csv=report(f"{R}/tables/study.csv", caption="../report/study.rst", category="Study"),
+        md=f"{R}/tables/study.md",
     conda:
         SPECDEC_ENV
     log:
-        "logs/report/study_table.log",
+        f"{LOG}/report/study_table.log",
     script:
         "../scripts/study_table.py"
 
 
 rule plots:
     input:
-        "results/tables/study.csv",
+        f"{R}/tables/study.csv",
     output:
-        heatmap=report("results/plots/acceptance_heatmap.png", caption="../report/acceptance_heatmap.rst",
+        heatmap=report(f"{R}/plots/acceptance_heatmap.png", caption="../report/acceptance_heatmap.rst",
                        category="Study"),
-        speedup=report("results/plots/speedup_vs_k.png", caption="../report/speedup_vs_k.rst", category="Study"),
+        speedup=report(f"{R}/plots/speedup_vs_k.png", caption="../report/speedup_vs_k.rst", category="Study"),
     conda:
         SPECDEC_ENV
     log:
-        "logs/report/plots.log",
+        f"{LOG}/report/plots.log",
     script:
         "../scripts/plots.py"
 
 
 rule provenance:
     input:
-        tables=["results/tables/study.csv", "results/tables/greedy_identity.csv"],
+        tables=[f"{R}/tables/study.csv", f"{R}/tables/greedy_identity.csv"],
         models=study_model_dirs(),
-        benchmarks=[f"benchmarks/decode/{s}/{d}/{dom}/k{k}/seed{seed}.tsv" for s, d, dom, k, seed in decode_jobs()],
+        benchmarks=[f"{BENCH}/decode/{s}/{d}/{dom}/k{k}/seed{seed}.tsv" for s, d, dom, k, seed in decode_jobs()],
     output:
-        "results/provenance.yaml",
+        f"{R}/provenance.yaml",
     params:
         config=config,
+        threads=THREADS,
     conda:
         SPECDEC_ENV
     log:
-        "logs/report/provenance.log",
+        f"{LOG}/report/provenance.log",
     script:
         "../scripts/provenance.py"

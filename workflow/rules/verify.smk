@@ -1,43 +1,47 @@
-# Verification: greedy speculative output must equal greedy baseline output, token for token.
+# Verification: greedy speculative output must equal greedy baseline output, token for token; above temperature 0
+# the output must be distributed as the target's.
 
 
 rule verify_greedy:
     input:
         run_files("sequences.parquet", "greedy"),
     output:
-        verdicts="results/verify/greedy.parquet",
-        table=report("results/tables/greedy_identity.csv", caption="../report/greedy_identity.rst",
+        verdicts=f"{R}/verify/greedy.parquet",
+        table=report(f"{R}/tables/greedy_identity.csv", caption="../report/greedy_identity.rst",
                      category="Verification"),
     conda:
         SPECDEC_ENV
     log:
-        "logs/verify/greedy.log",
+        f"{LOG}/verify/greedy.log",
     script:
         "../scripts/verify_greedy.py"
 
 
-# Distribution: above temperature 0, speculative samples must follow the target's exact distribution.
 rule verify_distribution:
     input:
         unpack(draft_model_input),
+        unpack(kernel_inputs),
         target=model_dir(config["target"]),
-        prompts="results/prompts/{domain}.parquet",
+        prompts=f"{R}/prompts/{{domain}}.parquet",
     output:
-        "results/verify/distribution/{draft}/{domain}.parquet",
+        f"{R}/verify/distribution/{{draft}}/{{domain}}.parquet",
     params:
         settings=DISTRIBUTION,
         draft_spec=lambda wc: draft_spec(wc.draft),
+        # the number of (draft, domain) jobs: the family the Bonferroni threshold, and so each test's N, is sized for
+        n_jobs=len(distribution_files()),
+        plugins=PLUGINS,
         runtime=RUNTIME,
-    threads: workflow.cores
+    threads: THREADS
     resources:
         mem_mb=14000,
-        gpu=1 if RUNTIME.get("device") == "cuda" else 0,
+        gpu=1 if RUNTIME["device"] == "cuda" else 0,
     conda:
         SPECDEC_ENV
     log:
-        "logs/verify/distribution/{draft}/{domain}.log",
+        f"{LOG}/verify/distribution/{{draft}}/{{domain}}.log",
     benchmark:
-        "benchmarks/verify/distribution/{draft}/{domain}.tsv"
+        f"{BENCH}/verify/distribution/{{draft}}/{{domain}}.tsv"
     script:
         "../scripts/verify_distribution.py"
 
@@ -46,12 +50,12 @@ rule distribution_table:
     input:
         distribution_files(),
     output:
-        report("results/tables/distribution.csv", caption="../report/distribution.rst", category="Verification"),
+        report(f"{R}/tables/distribution.csv", caption="../report/distribution.rst", category="Verification"),
     params:
-        alpha=(DISTRIBUTION or {}).get("alpha", 0.01),
+        settings=DISTRIBUTION,
     conda:
         SPECDEC_ENV
     log:
-        "logs/verify/distribution_table.log",
+        f"{LOG}/verify/distribution_table.log",
     script:
         "../scripts/distribution_table.py"

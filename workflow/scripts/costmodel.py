@@ -1,8 +1,14 @@
-"""Snakemake script: fit the cost model on the profiles, audit its speedup prediction against the decode runs,
-write the verdict on depth vs parameters, the roofline, and the two plots."""
+"""Snakemake script: fit the cost model on this machine's profiles, audit its speedup prediction against the decode
+runs, write the verdict on depth vs parameters, the roofline and the two plots; keep the fit with the machine's
+profiles (results/machines/{machine}/{kernel}/)."""
+
+from specdec.study.interrupt import stops_politely  # first: Ctrl-C during the imports below is polite too
+
+# isort: split
 
 import json
 import logging
+from dataclasses import asdict
 
 import matplotlib
 
@@ -12,21 +18,26 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 
-from specdec.analysis import to_markdown  # noqa: E402
-from specdec.costmodel import (ModelShape, audited_step_timings, depth_vs_parameters_verdict, fit_cost_model,  # noqa: E402
-                               predict_draft_cost_ratio)
-from specdec.io import atomic_path, read_parquets, write_csv, write_text  # noqa: E402
-from specdec.logs import log_to  # noqa: E402
-from specdec.prediction import (best_per_domain, draft_shapes, drafts_table, profiled_costmodel_table,  # noqa: E402
-                                roofline)
+from specdec.drafts import load_plugins  # noqa: E402
+from specdec.study.analysis import to_markdown  # noqa: E402
+from specdec.study.costmodel import (  # noqa: E402
+    ModelShape,
+    audited_step_timings,
+    depth_vs_parameters_verdict,
+    fit_cost_model,
+    predict_draft_cost_ratio,
+    profiled_shapes,
+)
+from specdec.study.io import atomic_path, read_parquets, write_csv, write_text  # noqa: E402
+from specdec.study.logs import log_to  # noqa: E402
+from specdec.study.prediction import (  # noqa: E402
+    draft_shapes,
+    drafts_table,
+    profiled_costmodel_table,
+    roofline,
+)
 
 log = logging.getLogger("costmodel")
-
-
-def shapes_of(profiles: pd.DataFrame) -> dict[str, ModelShape]:
-    first = profiles.groupby("model").first()
-    return {name: ModelShape(int(r.n_layers), int(r.hidden_size), int(r.intermediate_size), int(r.vocab_size),
-                             int(r.dtype_bytes), int(r.kv_dim)) for name, r in first.iterrows()}
 
 
 def candidate_shapes(target: ModelShape, drafts: dict[str, ModelShape]) -> dict[str, ModelShape]:
@@ -91,70 +102,47 @@ def audit_plot(table: pd.DataFrame, tolerance: float, path) -> None:
     plt.close(fig)
 
 
-def drafts_plot(drafts: pd.DataFrame, path) -> None:
-    """Speedup and c against the depth ratio and against the parameter ratio: best k per (draft, domain) on top,
-    per draft the median measured c (dots) and the fitted c (crosses) below."""
-    best_k = drafts.loc[drafts.groupby(["draft", "domain"])["speedup_median"].idxmax()]
-    per_draft = drafts.groupby(["draft", "kind"]).agg(
+def machine_drafts(table: pd.DataFrame, specs: dict, shapes: dict, target_name: str, fit) -> pd.DataFrame:
+    """Per studied draft on this machine: its kind, depth and bytes ratios, c measured in the decode runs (median
+    and range over cells) and c the fit predicts (what the cross-machine verdict compares)."""
+    target = shapes[target_name]
+    predict_c = lambda shape: predict_draft_cost_ratio(fit, shape, target)  # noqa: E731
+    cells = drafts_table(table, specs, draft_shapes(specs, shapes, target_name), target, predict_c)
+    return cells.groupby(["draft", "kind"], as_index=False).agg(
+        draft_layers=("draft_layers", "first"), target_layers=("target_layers", "first"),
         depth_ratio=("depth_ratio", "first"), param_ratio=("param_ratio", "first"),
-        c_measured=("c_measured", "median"), c_predicted=("c_predicted", "first")).reset_index()
-    fig, axes = plt.subplots(2, 2, figsize=(11, 8))
-    for col, ratio in enumerate(["depth_ratio", "param_ratio"]):
-        sns.scatterplot(best_k, x=ratio, y="speedup_median", hue="draft", style="domain", ax=axes[0, col], s=60)
-        axes[0, col].axhline(1.0, color="grey", linestyle="--", linewidth=1)
-        axes[0, col].set_ylabel("median speedup (best k)")
-        axes[0, col].legend(fontsize=6)
-        sns.scatterplot(per_draft, x=ratio, y="c_measured", hue="draft", ax=axes[1, col], s=60, marker="o",
-                        legend=False)
-        axes[1, col].scatter(per_draft[ratio], per_draft["c_predicted"], marker="x", color="black",
-                             label="c predicted (fit)")
-        limit = max(per_draft[ratio].max(), 0.05) * 1.1
-        axes[1, col].plot([0, limit], [0, limit], color="grey", linewidth=1, label="c = ratio")
-        axes[1, col].set_ylabel("c (draft step / target step)")
-        axes[1, col].legend(fontsize=7)
-    fig.tight_layout()
-    with atomic_path(path) as tmp:
-        fig.savefig(tmp, dpi=120, format="png")
-    plt.close(fig)
+        c_measured=("c_measured", "median"), c_measured_lo=("c_measured", "min"),
+        c_measured_hi=("c_measured", "max"), c_predicted=("c_predicted", "first"))
 
 
 def main(snakemake):
     with log_to(snakemake.log[0]):
         inputs, outputs, params = snakemake.input, snakemake.output, snakemake.params
+        load_plugins(params.plugins)
         profiles = read_parquets(inputs.profiles)
         steps = read_parquets(inputs.steps)
         sequences = read_parquets(inputs.sequences)
         bandwidth = json.loads(open(inputs.bandwidth).read())["bytes_per_second"]
-        shapes = shapes_of(profiles)
+        shapes = profiled_shapes(profiles)
         target = shapes[params.target]
         drafts = {name: shape for name, shape in shapes.items() if name != params.target}
 
         fit = fit_cost_model(profiles, n_boot=int(params.n_boot))
         verdict = depth_vs_parameters_verdict(fit, target, candidate_shapes(target, drafts))
         log.info("%s", verdict.text)
-        dtype = params.runtime_dtype
-        table = profiled_costmodel_table(profiles, steps, sequences, params.target, dict(params.draft_specs),
-                                         profiled_dtype=dtype)
+        specs = dict(params.draft_specs)
+        table = profiled_costmodel_table(profiles, steps, sequences, params.target, specs,
+                                         profiled_dtype=params.runtime_dtype)
         log.info("audit:\n%s", table.to_string(index=False))
-
-        specs = {**params.draft_specs, **params.sweep_specs}
-        shapes_by_draft = draft_shapes(specs, shapes, params.target)
-        predict_c = lambda shape: predict_draft_cost_ratio(fit, shape, target)  # noqa: E731
-        drafts = drafts_table(table, specs, shapes_by_draft, target, predict_c, run="study")
-        if len(inputs.sweep_sequences):
-            sweep_steps = read_parquets(inputs.sweep_steps)
-            sweep_sequences = read_parquets(inputs.sweep_sequences)
-            sweep = profiled_costmodel_table(profiles, sweep_steps, sweep_sequences, params.target, specs,
-                                             profiled_dtype=dtype)
-            log.info("draft sweep:\n%s", sweep.to_string(index=False))
-            drafts = pd.concat([drafts, drafts_table(sweep, specs, shapes_by_draft, target, predict_c, run="sweep")],
-                               ignore_index=True)
-        write_csv(drafts, outputs.drafts)
-        write_csv(best_per_domain(drafts), outputs.best)
-        drafts_plot(drafts, outputs.drafts_plot)
         write_csv(table, outputs.table)
-        write_csv(fit.terms, outputs.terms)
-        write_csv(fit.verify, outputs.verify)
+        for path in (outputs.terms, outputs.machine_terms):
+            write_csv(fit.terms, path)
+        for path in (outputs.verify, outputs.machine_verify):
+            write_csv(fit.verify, path)
+        write_csv(machine_drafts(table, specs, shapes, params.target, fit), outputs.machine_drafts)
+        write_csv(pd.DataFrame([{"model": name, **asdict(shape)} for name, shape in shapes.items()])
+                  .rename(columns={"hidden": "hidden_size", "intermediate": "intermediate_size", "vocab": "vocab_size"}),
+                  outputs.machine_shapes)
         write_csv(audited_step_timings(steps[steps["setting"] == "greedy"]), outputs.timings)
         write_csv(roofline(profiles, bandwidth, params.target, steps), outputs.roofline)
         write_text(verdict_markdown(fit, verdict, table, float(params.tolerance)), outputs.verdict)
@@ -163,4 +151,4 @@ def main(snakemake):
 
 
 if "snakemake" in globals():
-    main(snakemake)  # noqa: F821
+    stops_politely(main, snakemake)  # noqa: F821

@@ -2,13 +2,19 @@
 
 The draft sweep runs several k in one job (params.ks, one baseline for all): its outputs are lists, one file per k."""
 
+from specdec.study.interrupt import stops_politely  # first: Ctrl-C during the imports below is polite too
+
+# isort: split
+
 import logging
 
 import pandas as pd
 
-from specdec.io import write_parquet
-from specdec.logs import log_to
-from specdec.study import DecodeJob, Runtime, load_for_decoding, make_draft, run_decode_jobs
+from specdec.drafts import load_plugins
+from specdec.loading import Runtime, load_for_decoding
+from specdec.study.io import write_parquet
+from specdec.study.jobs import DecodeJob, make_draft, read_backend_tables, run_decode_jobs
+from specdec.study.logs import log_to
 
 log = logging.getLogger("decode")
 
@@ -20,14 +26,17 @@ def _as_list(paths) -> list[str]:
 def main(snakemake):
     with log_to(snakemake.log[0]):
         wc, params = snakemake.wildcards, snakemake.params
+        load_plugins(params.plugins)
         ks = [int(k) for k in (params.get("ks") or [wc.k])]
         job = DecodeJob(setting=wc.setting, draft=wc.draft, domain=wc.domain, k=ks[0], seed=int(wc.seed),
                         max_new_tokens=int(params.max_new_tokens), repeats=int(params.repeats), **params.sampling)
-        runtime = Runtime(**params.runtime, threads=snakemake.threads)
+        runtime = Runtime(**{**params.runtime, "threads": snakemake.threads})
         log.info("job %s at k %s, draft %s, runtime %s", job, ks, params.draft_spec, runtime)
-        target, target_tokenizer = load_for_decoding(snakemake.input.target, runtime)
-        draft_dir = snakemake.input.get("draft") or None
-        draft = make_draft(wc.draft, dict(params.draft_spec), target, target_tokenizer, draft_dir, runtime)
+        target, target_tokenizer = load_for_decoding(
+            snakemake.input.target, runtime, read_backend_tables(snakemake.input.get("target_kernels")))
+        draft = make_draft(wc.draft, dict(params.draft_spec), target, target_tokenizer,
+                           snakemake.input.get("draft"), runtime,
+                           read_backend_tables(snakemake.input.get("draft_kernels")))
         prompts = pd.read_parquet(snakemake.input.prompts)
         limit = params.get("prompt_limit")  # the sampled setting and the sweep may use the first N prompts only
         if limit:
@@ -41,4 +50,4 @@ def main(snakemake):
 
 
 if "snakemake" in globals():
-    main(snakemake)  # noqa: F821
+    stops_politely(main, snakemake)  # noqa: F821

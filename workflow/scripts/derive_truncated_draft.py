@@ -1,9 +1,13 @@
 """Snakemake script: a truncated draft — the first N decoder layers of a prepared model + its final norm and LM head."""
 
+from specdec.study.interrupt import stops_politely  # first: Ctrl-C during the imports below is polite too
+
+# isort: split
+
 import logging
 
-from specdec.logs import log_to
-from specdec.models import derive_truncated
+from specdec.study.logs import log_to
+from specdec.study.models import derive_truncated
 
 log = logging.getLogger("derive_truncated_draft")
 
@@ -15,4 +19,4 @@ def main(snakemake):
 
 
 if "snakemake" in globals():
-    main(snakemake)  # noqa: F821
+    stops_politely(main, snakemake)  # noqa: F821

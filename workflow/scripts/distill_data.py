@@ -1,12 +1,17 @@
 """Snakemake script: the target's greedy continuations of the training prompts and its top-k log-probs there."""
 
+from specdec.study.interrupt import stops_politely  # first: Ctrl-C during the imports below is polite too
+
+# isort: split
+
 import logging
 
 import pandas as pd
 
-from specdec.distill import save_teacher_data, teacher_data
-from specdec.logs import log_to
-from specdec.study import Runtime, load_for_decoding
+from specdec.loading import Runtime, load_for_decoding
+from specdec.study.jobs import read_backend_tables
+from specdec.study.distill import save_teacher_data, teacher_data
+from specdec.study.logs import log_to
 
 log = logging.getLogger("distill_data")
 
@@ -14,8 +19,9 @@ log = logging.getLogger("distill_data")
 def main(snakemake):
     with log_to(snakemake.log[0]):
         p = snakemake.params
-        runtime = Runtime(**p.runtime, threads=snakemake.threads)
-        target, _ = load_for_decoding(snakemake.input.target, runtime)
+        runtime = Runtime(**{**p.runtime, "threads": snakemake.threads})
+        target, _ = load_for_decoding(snakemake.input.target, runtime,
+                                      read_backend_tables(snakemake.input.get("target_kernels")))
         prompts = pd.read_parquet(snakemake.input.prompts)
         log.info("teacher data: %d prompts x %d new tokens, top-%d log-probs", len(prompts), p.new_tokens, p.top_k)
         sequences, tensors = teacher_data(target, prompts, int(p.new_tokens), int(p.top_k), log=log.info)
@@ -23,4 +29,4 @@ def main(snakemake):
 
 
 if "snakemake" in globals():
-    main(snakemake)  # noqa: F821
+    stops_politely(main, snakemake)  # noqa: F821

@@ -1,6 +1,10 @@
 """Snakemake script: train a truncated model on the teacher data (resuming from checkpoints), save it as a prepared
 model, write its loss curve and plot."""
 
+from specdec.study.interrupt import stops_politely  # first: Ctrl-C during the imports below is polite too
+
+# isort: split
+
 import logging
 from pathlib import Path
 
@@ -11,10 +15,11 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import torch  # noqa: E402
 
-from specdec.distill import DistillSettings, distill, load_teacher_data  # noqa: E402
-from specdec.io import atomic_path, write_csv  # noqa: E402
-from specdec.logs import log_to  # noqa: E402
-from specdec.models import load_model, read_manifest, save_prepared  # noqa: E402
+from specdec.loading import load_model, read_manifest  # noqa: E402
+from specdec.study.distill import DistillSettings, distill, load_teacher_data  # noqa: E402
+from specdec.study.io import atomic_path, write_csv  # noqa: E402
+from specdec.study.logs import log_to  # noqa: E402
+from specdec.study.models import save_prepared  # noqa: E402
 
 log = logging.getLogger("distill_draft")
 
@@ -46,4 +51,4 @@ def main(snakemake):
 
 
 if "snakemake" in globals():
-    main(snakemake)  # noqa: F821
+    stops_politely(main, snakemake)  # noqa: F821

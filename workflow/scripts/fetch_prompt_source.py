@@ -4,13 +4,16 @@ params: spec (the prompt_sources entry), download_dir (where archives are kept a
 output: [0] the extracted file resources/prompt_sources/{set}.{ext}; optional `manifest` (JSON provenance)
 """
 
+from specdec.study.interrupt import stops_politely  # first: Ctrl-C during the imports below is polite too
+
+# isort: split
+
 import json
 import logging
-from pathlib import Path
 
-from specdec.logs import log_to
-from specdec.io import write_text
-from specdec.prompts import fetch_prompt_source, prompt_source_manifest
+from specdec.study.io import write_text
+from specdec.study.logs import log_to
+from specdec.study.prompts import fetch_prompt_source, prompt_source_manifest
 
 log = logging.getLogger("fetch_prompt_source")
 
@@ -29,4 +32,4 @@ def main(snakemake):
 
 
 if "snakemake" in globals():
-    main(snakemake)  # noqa: F821
+    stops_politely(main, snakemake)  # noqa: F821

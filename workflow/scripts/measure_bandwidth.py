@@ -1,13 +1,17 @@
 """Snakemake script: the machine's memory read bandwidth (bytes/s), measured once -> json."""
 
+from specdec.study.interrupt import stops_politely  # first: Ctrl-C during the imports below is polite too
+
+# isort: split
+
 import json
 import logging
 
 import torch
 
-from specdec.io import write_text
-from specdec.logs import log_to
-from specdec.profiling import memory_bandwidth
+from specdec.study.io import write_text
+from specdec.study.logs import log_to
+from specdec.study.profiling import memory_bandwidth
 
 log = logging.getLogger("measure_bandwidth")
 BUFFER_BYTES = 1024 * 2**20  # far larger than any last-level cache
@@ -19,9 +23,10 @@ def main(snakemake):
         bandwidth = memory_bandwidth(BUFFER_BYTES, repeats=int(snakemake.params.repeats))
         log.info("read bandwidth %.2f GB/s (%d threads, %d MiB buffer)", bandwidth / 1e9, snakemake.threads,
                  BUFFER_BYTES // 2**20)
-        result = {"bytes_per_second": bandwidth, "threads": snakemake.threads, "buffer_bytes": BUFFER_BYTES}
+        result = {"bytes_per_second": bandwidth, "threads": snakemake.threads, "buffer_bytes": BUFFER_BYTES,
+                  "machine": snakemake.params.machine}
         write_text(json.dumps(result, indent=2) + "\n", snakemake.output[0])
 
 
 if "snakemake" in globals():
-    main(snakemake)  # noqa: F821
+    stops_politely(main, snakemake)  # noqa: F821

@@ -1,14 +1,20 @@
 """Snakemake script: HF generate / HF assisted / our baseline / our speculative decoding on one (draft, domain, k)."""
 
+from specdec.study.interrupt import stops_politely  # first: Ctrl-C during the imports below is polite too
+
+# isort: split
+
 import logging
 
 import pandas as pd
 
-from specdec.io import write_parquet
 from specdec.lm import eos_ids_of
-from specdec.logs import log_to
-from specdec.peers import run_peers_job
-from specdec.study import Runtime, load_draft_model, load_for_decoding
+from specdec.loading import Runtime, load_for_decoding
+from specdec.study.jobs import read_backend_tables
+from specdec.study.io import write_parquet
+from specdec.study.jobs import load_draft_model
+from specdec.study.logs import log_to
+from specdec.study.peers import run_peers_job
 
 log = logging.getLogger("peers")
 
@@ -16,9 +22,11 @@ log = logging.getLogger("peers")
 def main(snakemake):
     with log_to(snakemake.log[0]):
         wc, params = snakemake.wildcards, snakemake.params
-        runtime = Runtime(**params.runtime, threads=snakemake.threads)
-        target, target_tokenizer = load_for_decoding(snakemake.input.target, runtime)
-        draft = load_draft_model(wc.draft, dict(params.draft_spec), snakemake.input.draft, target_tokenizer, runtime)
+        runtime = Runtime(**{**params.runtime, "threads": snakemake.threads})
+        target, target_tokenizer = load_for_decoding(
+            snakemake.input.target, runtime, read_backend_tables(snakemake.input.get("target_kernels")))
+        draft = load_draft_model(wc.draft, dict(params.draft_spec), snakemake.input.draft, target_tokenizer, runtime,
+                                 read_backend_tables(snakemake.input.get("draft_kernels")))
         prompts = pd.read_parquet(snakemake.input.prompts).head(int(params.prompts_per_domain))
         log.info("peers: draft %s %s, domain %s, k %s, %d prompts x %s repeats, runtime %s", wc.draft,
                  dict(params.draft_spec), wc.domain, wc.k, len(prompts), params.repeats, runtime)
@@ -31,4 +39,4 @@ def main(snakemake):
 
 
 if "snakemake" in globals():
-    main(snakemake)  # noqa: F821
+    stops_politely(main, snakemake)  # noqa: F821

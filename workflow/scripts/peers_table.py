@@ -1,10 +1,14 @@
 """Snakemake script: the peers runs -> results/tables/peers.csv (medians over prompts x repeats, with intervals)."""
 
+from specdec.study.interrupt import stops_politely  # first: Ctrl-C during the imports below is polite too
+
+# isort: split
+
 import logging
 
-from specdec.io import read_parquets, write_csv
-from specdec.logs import log_to
-from specdec.peers import peers_table
+from specdec.study.io import read_parquets, write_csv
+from specdec.study.logs import log_to
+from specdec.study.peers import peers_table
 
 log = logging.getLogger("peers_table")
 
@@ -18,4 +22,4 @@ def main(snakemake):
 
 
 if "snakemake" in globals():
-    main(snakemake)  # noqa: F821
+    stops_politely(main, snakemake)  # noqa: F821

@@ -1,5 +1,9 @@
 """Snakemake script: acceptance heatmap (domain x k) and speedup vs k per domain with bootstrap intervals."""
 
+from specdec.study.interrupt import stops_politely  # first: Ctrl-C during the imports below is polite too
+
+# isort: split
+
 import matplotlib
 
 matplotlib.use("Agg")
@@ -8,7 +12,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 
-from specdec.logs import log_to  # noqa: E402
+from specdec.study.logs import log_to  # noqa: E402
 
 
 def acceptance_heatmap(table: pd.DataFrame, path) -> None:
@@ -53,4 +57,4 @@ def main(snakemake):
 
 
 if "snakemake" in globals():
-    main(snakemake)  # noqa: F821
+    stops_politely(main, snakemake)  # noqa: F821

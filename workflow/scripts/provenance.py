@@ -1,32 +1,26 @@
 """Snakemake script: results/provenance.yaml — config, package versions, machine, date, models, job wall times."""
 
+from specdec.study.interrupt import stops_politely  # first: Ctrl-C during the imports below is polite too
+
+# isort: split
+
 import datetime
 import json
 import logging
 import os
-import platform
 from importlib import metadata
 from pathlib import Path
 
 import pandas as pd
 import yaml
 
-from specdec.io import write_text
-from specdec.logs import log_to
+from specdec.study.io import write_text
+from specdec.study.logs import log_to
+from specdec.study.machine import machine_record
 
 log = logging.getLogger("provenance")
 PACKAGES = ["specdec", "torch", "transformers", "safetensors", "gguf", "accelerate", "snakemake", "pandas",
             "pyarrow", "scipy", "seaborn", "numpy"]
-
-
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
 
 
 def versions() -> dict:
@@ -49,13 +43,10 @@ def job_times(benchmark_files) -> dict:
             "decode_last_end": datetime.datetime.fromtimestamp(max(mtimes), datetime.UTC).isoformat()}
 
 
-def provenance(config, model_dirs, benchmark_files) -> dict:
-    import torch
-
+def provenance(config, model_dirs, benchmark_files, threads: int) -> dict:
     return {
         "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-        "machine": {"cpu": cpu_model(), "logical_cpus": os.cpu_count(), "platform": platform.platform(),
-                    "python": platform.python_version(), "torch_threads": torch.get_num_threads()},
+        "machine": machine_record(threads),
         "packages": versions(),
         "models": {Path(d).name: {k: v for k, v in json.loads((Path(d) / "manifest.json").read_text()).items()
                                   if k in ("source", "num_hidden_layers", "hidden_size", "vocab_size",
@@ -68,9 +59,10 @@ def provenance(config, model_dirs, benchmark_files) -> dict:
 
 def main(snakemake):
     with log_to(snakemake.log[0]):
-        record = provenance(dict(snakemake.params.config), snakemake.input.models, snakemake.input.benchmarks)
+        record = provenance(dict(snakemake.params.config), snakemake.input.models, snakemake.input.benchmarks,
+                            int(snakemake.params.threads))
         write_text(yaml.safe_dump(record, sort_keys=False), snakemake.output[0])
 
 
 if "snakemake" in globals():
-    main(snakemake)  # noqa: F821
+    stops_politely(main, snakemake)  # noqa: F821

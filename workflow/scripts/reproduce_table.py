@@ -1,11 +1,15 @@
 """Snakemake script: compare a from-scratch rerun with the first run (tokens, acceptance, tokens per pass must be
 identical) and report the spread of wall speedups across repeats; fail if anything hardware-independent moved."""
 
+from specdec.study.interrupt import stops_politely  # first: Ctrl-C during the imports below is polite too
+
+# isort: split
+
 import logging
 
-from specdec.analysis import reproduction_table
-from specdec.io import read_parquets, write_csv
-from specdec.logs import log_to
+from specdec.study.analysis import reproduction_table
+from specdec.study.io import read_parquets, write_csv
+from specdec.study.logs import log_to
 
 log = logging.getLogger("reproduce_table")
 
@@ -27,4 +31,4 @@ def main(snakemake):
 
 
 if "snakemake" in globals():
-    main(snakemake)  # noqa: F821
+    stops_politely(main, snakemake)  # noqa: F821

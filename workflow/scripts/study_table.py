@@ -1,10 +1,14 @@
 """Snakemake script: all sequences -> results/tables/study.csv and its markdown twin."""
 
+from specdec.study.interrupt import stops_politely  # first: Ctrl-C during the imports below is polite too
+
+# isort: split
+
 import logging
 
-from specdec.analysis import study_table, to_markdown
-from specdec.io import read_parquets, write_csv, write_text
-from specdec.logs import log_to
+from specdec.study.analysis import study_table, to_markdown
+from specdec.study.io import read_parquets, write_csv, write_text
+from specdec.study.logs import log_to
 
 log = logging.getLogger("study_table")
 
@@ -19,4 +23,4 @@ def main(snakemake):
 
 
 if "snakemake" in globals():
-    main(snakemake)  # noqa: F821
+    stops_politely(main, snakemake)  # noqa: F821

@@ -1,11 +1,15 @@
 """Snakemake script: classify every greedy speculative sequence (identical / near_tie / divergent); fail on any
 divergence that the diagnosis cannot explain as a floating-point near-tie."""
 
+from specdec.study.interrupt import stops_politely  # first: Ctrl-C during the imports below is polite too
+
+# isort: split
+
 import logging
 
-from specdec.analysis import classify_greedy, greedy_identity_table
-from specdec.io import read_parquets, write_csv, write_parquet
-from specdec.logs import log_to
+from specdec.study.analysis import classify_greedy, greedy_identity_table
+from specdec.study.io import read_parquets, write_csv, write_parquet
+from specdec.study.logs import log_to
 
 log = logging.getLogger("verify_greedy")
 
@@ -39,4 +43,4 @@ def main(snakemake):
 
 
 if "snakemake" in globals():
-    main(snakemake)  # noqa: F821
+    stops_politely(main, snakemake)  # noqa: F821

@@ -1,0 +1,45 @@
+"""HybridDraft: prompt lookup where the context repeats itself, a model draft everywhere else."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+
+from ..sampling import SamplingConfig
+from .base import Proposal
+from .lookup import PromptLookupDraft
+from .model import ModelDraft
+
+
+class HybridDraft:
+    """Each block comes from prompt lookup when it finds a match, else from the model draft.
+
+    Exact: which proposer drafts a block is decided from the context alone (never from the target's logits or the
+    accept/reject coins), and the block carries the q of the proposer that made it (lookup's point masses or the
+    model's warped distributions), which is what the rule needs. The model draft does not see lookup's blocks as
+    they are drafted; its next proposal catches up on them in one call (recorded as catch-up)."""
+
+    def __init__(self, lookup: PromptLookupDraft, model: ModelDraft):
+        if lookup.vocab_size != model.vocab_size:
+            raise ValueError(f"lookup proposes over {lookup.vocab_size} tokens, the model draft over "
+                             f"{model.vocab_size}: both must use the target's vocabulary")
+        self.lookup, self.model = lookup, model
+        self.vocab_size = model.vocab_size
+
+    def prefill(self, prompt: Sequence[int]) -> float:
+        return self.lookup.prefill(prompt) + self.model.prefill(prompt)
+
+    def propose(
+        self, context: Sequence[int], k: int, sampling: SamplingConfig, generator: torch.Generator
+    ) -> Proposal:
+        found = self.lookup.propose(context, k, sampling, generator)
+        if found.tokens:
+            return found
+        proposal = self.model.propose(context, k, sampling, generator)
+        proposal.draft_seconds += found.draft_seconds
+        return proposal
+
+    def rollback(self, valid_length: int) -> None:
+        self.lookup.rollback(valid_length)
+        self.model.rollback(valid_length)

@@ -1,0 +1,74 @@
+"""The built-in draft kinds (see registry.py for what a kind declares)."""
+
+from __future__ import annotations
+
+from typing import Mapping
+
+from .early_exit import EarlyExitDraft
+from .hybrid import HybridDraft
+from .lookup import PromptLookupDraft
+from .model import ModelDraft
+from .registry import DraftCost, DraftKind, DraftResources, register
+
+DTYPE = {"enum": ["float32", "bfloat16"],
+         "description": "the draft's weights in this dtype (default: runtime.dtype); exactness does not depend on it"}
+MIN_CONFIDENCE = {"type": "number", "minimum": 0,
+                  "description": "adaptive drafting: stop a block when the draft's probability of its token is below"}
+LAYERS = {"type": "integer", "minimum": 1, "description": "decoder layers kept"}
+NGRAM = {"type": "integer", "minimum": 1}
+MODEL = {"type": "string", "description": "a model under `models`"}
+MODEL_FIELDS = {"model": MODEL, "dtype": DTYPE, "min_confidence": MIN_CONFIDENCE}
+LOOKUP_FIELDS = {"ngram_max": NGRAM, "ngram_min": NGRAM}
+
+
+def _model_draft(spec: Mapping, resources: DraftResources) -> ModelDraft:
+    return ModelDraft(resources.draft_model(), min_confidence=spec.get("min_confidence"))
+
+
+def _lookup(spec: Mapping, resources: DraftResources) -> PromptLookupDraft:
+    return PromptLookupDraft(resources.vocab_size, spec.get("ngram_max", 3), spec.get("ngram_min", 1),
+                             eos_token_ids=sorted(resources.eos_token_ids))
+
+
+def _early_exit(spec: Mapping, resources: DraftResources) -> EarlyExitDraft:
+    return EarlyExitDraft(resources.target, int(spec["layers"]), min_confidence=spec.get("min_confidence"))
+
+
+def _hybrid(spec: Mapping, resources: DraftResources) -> HybridDraft:
+    return HybridDraft(_lookup(spec, resources), _model_draft(spec, resources))
+
+
+def _named_model_cost(name: str, spec: Mapping) -> DraftCost:
+    return DraftCost(model=spec["model"], dtype=spec.get("dtype"))
+
+
+def _own_model_cost(name: str, spec: Mapping) -> DraftCost:
+    return DraftCost(model=name, dtype=spec.get("dtype"))
+
+
+def _plain_model(spec: Mapping) -> bool:
+    return spec.get("min_confidence") is None
+
+
+register(DraftKind(
+    "model", _model_draft, MODEL_FIELDS, required=("model",), model="named", cost=_named_model_cost,
+    assisted=_plain_model, description="a prepared model of its own (a model under `models`)"))
+register(DraftKind(
+    "truncated", _model_draft, {**MODEL_FIELDS, "layers": LAYERS}, required=("model", "layers"), model="own",
+    made_by="truncate", cost=_own_model_cost,
+    description="the first `layers` decoder layers of `model` with its norm and head, untrained"))
+register(DraftKind(
+    "distilled", _model_draft, {**MODEL_FIELDS, "layers": LAYERS, "training": {"$ref": "#/$defs/training"}},
+    required=("model", "layers"), model="own", made_by="distill", cost=_own_model_cost,
+    description="the first `layers` layers of `model`, trained on the target's distributions (distill_draft)"))
+register(DraftKind(
+    "early_exit", _early_exit, {"layers": LAYERS, "min_confidence": MIN_CONFIDENCE}, required=("layers",),
+    cost=lambda name, spec: DraftCost(target_layers=int(spec["layers"])),
+    description="the target's own first `layers` layers and head, sharing its weights"))
+register(DraftKind(
+    "prompt_lookup", _lookup, LOOKUP_FIELDS,
+    description="no model: what followed the latest earlier occurrence of the context's last n tokens"))
+register(DraftKind(
+    "hybrid", _hybrid, {"model": MODEL, "dtype": DTYPE, **LOOKUP_FIELDS}, required=("model",), model="named",
+    cost=lambda name, spec: DraftCost(model=spec["model"], dtype=spec.get("dtype"), measured=True),
+    description="prompt lookup where it finds a match, the `model` draft where it does not"))

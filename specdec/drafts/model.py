@@ -1,0 +1,85 @@
+"""ModelDraft: a smaller causal LM as the draft (a separate model, a truncated or distilled one, or the target's own
+first layers through EarlyExitDraft)."""
+
+from __future__ import annotations
+
+import time
+from typing import Sequence
+
+import torch
+
+from ..lm import LanguageModelSession, as_session
+from ..sampling import SamplingConfig, sample_from, warp_logits
+from .base import Proposal
+
+
+class ModelDraft:
+    """A smaller causal LM as the draft (a separate model, a truncated model or the target's own first layers)."""
+
+    def __init__(
+        self,
+        model_or_session,
+        eos_token_ids: Sequence[int] | None = None,
+        *,
+        min_confidence: float | None = None,
+    ):
+        """min_confidence (adaptive drafting, like llama.cpp's --draft-p-min or Hugging Face's
+        assistant_confidence_threshold): after proposing a token, stop the block (keeping that token) when the
+        draft's probability of it is below this; k is then a maximum. The probability is the warped one the token
+        was sampled from, or softmax(logits) at temperature 0. None (the default) always drafts k tokens."""
+        if min_confidence is not None and not (float(min_confidence) >= 0.0):  # also catches NaN
+            raise ValueError(f"min_confidence must be >= 0 or None, got {min_confidence!r}")
+        self.session: LanguageModelSession = as_session(model_or_session)
+        self.vocab_size = self.session.vocab_size
+        self.eos_token_ids = frozenset(eos_token_ids) if eos_token_ids is not None else self.session.eos_token_ids
+        self.min_confidence = None if min_confidence is None else float(min_confidence)
+
+    def prefill(self, prompt: Sequence[int]) -> float:
+        start = time.perf_counter()
+        self.session.reset()
+        # The whole prompt, so that the first block only has the target's first token to catch up on.
+        self.session.extend(prompt, 1)
+        return time.perf_counter() - start
+
+    def propose(
+        self, context: Sequence[int], k: int, sampling: SamplingConfig, generator: torch.Generator
+    ) -> Proposal:
+        pending = list(context[self.session.length :])
+        proposal = Proposal(tokens=[], q=None, catchup_tokens=len(pending) if len(pending) > 1 else 0)
+        q_rows: list[torch.Tensor] = []
+        feed = pending
+        for i in range(k):
+            start = time.perf_counter()
+            logits = self.session.extend(feed, 1)[0]
+            elapsed = time.perf_counter() - start
+            if i == 0 and proposal.catchup_tokens:
+                proposal.catchup_seconds += elapsed
+            else:
+                proposal.draft_seconds += elapsed
+            if sampling.greedy:
+                token = int(torch.argmax(logits))
+            else:
+                probs = warp_logits(logits, sampling)
+                token = sample_from(probs, generator)
+                q_rows.append(probs)
+            proposal.tokens.append(token)
+            if token in self.eos_token_ids:
+                break  # nothing after an EOS can be emitted: no more forwards (the loop cuts there anyway)
+            # Adaptive stop. Exactness is kept because the decision is a function of the draft's own distribution
+            # and its own sample only (never of the target's logits or of the accept/reject coins): the number of
+            # tokens drafted is then like any k chosen before verification, and the rejection rule emits each
+            # position distributed as the target's whatever that number is.
+            if self.min_confidence is not None:
+                confidence = float(torch.softmax(logits.float(), dim=-1)[token]) if sampling.greedy \
+                    else float(probs[token])
+                if confidence < self.min_confidence:
+                    break
+            feed = [token]
+        # The last drafted token is not fed: if the target keeps every token it is caught up next block.
+        if q_rows:
+            proposal.q = torch.stack(q_rows)
+        return proposal
+
+    def rollback(self, valid_length: int) -> None:
+        if self.session.length > valid_length:
+            self.session.crop(valid_length)

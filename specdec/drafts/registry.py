@@ -1,0 +1,121 @@
+"""Draft kinds: the one place that says what a kind of draft is.
+
+A kind states
+- its config fields: a JSON schema per field (besides `kind`) and which fields are required;
+- the model it loads: none, the prepared model its `model` field names ("named"), or a model directory of its own
+  that a workflow stage makes ("own", with the stage's name in `made_by`);
+- how its proposer is built from the target (and that model);
+- what one draft step costs, for the cost model (`DraftCost`);
+- whether Hugging Face's assisted generation can run it (the peers benchmark).
+
+The config checks, the workflow's rules, the decode jobs, the cost model and the peers benchmark ask this registry
+instead of testing kind names. A new kind is a proposer class plus `register(DraftKind(...))`; a module that does
+that can be named under `plugins:` in the study config, so the workflow's jobs import it too. The built-in kinds
+are registered by `specdec.drafts.kinds`.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Literal, Mapping
+
+from ..errors import DraftSpecError
+
+
+@dataclass(frozen=True)
+class DraftCost:
+    """What one draft step runs, for the cost model."""
+
+    model: str | None = None  # the prepared model a step runs (profiled under this name)
+    dtype: str | None = None  # its dtype, when not the runtime's
+    target_layers: int | None = None  # an early exit: the target's own first n layers
+    measured: bool = False  # priced at its measured proposal time per token (no model, or a mix of model and none)
+
+
+@dataclass(frozen=True)
+class DraftResources:
+    """What a kind's build function gets: the target as the job runs it (a model or a session), the width of its
+    logits, its EOS ids, and a loader of the draft's own model (a model or a session over it; None for kinds that
+    load no model)."""
+
+    target: Any
+    vocab_size: int
+    eos_token_ids: frozenset[int]
+    draft_model: Callable[[], Any] | None = None
+
+
+def _no_model_cost(name: str, spec: Mapping) -> DraftCost:
+    return DraftCost(measured=True)
+
+
+def _never(spec: Mapping) -> bool:
+    return False
+
+
+@dataclass(frozen=True)
+class DraftKind:
+    name: str
+    build: Callable[[Mapping, DraftResources], Any]  # (spec, resources) -> a DraftProposer
+    fields: Mapping[str, Mapping] = field(default_factory=dict)  # JSON schema of each config field but `kind`
+    required: tuple[str, ...] = ()
+    model: Literal["named", "own"] | None = None
+    made_by: str | None = None  # the workflow stage that makes an "own" model directory
+    cost: Callable[[str, Mapping], DraftCost] = _no_model_cost  # (draft name, spec) -> DraftCost
+    assisted: Callable[[Mapping], bool] = _never  # (spec) -> can Hugging Face assisted generation run it?
+    description: str = ""
+
+    def __post_init__(self):
+        if self.model not in (None, "named", "own"):
+            raise ValueError(f"draft kind {self.name!r}: model must be None, 'named' or 'own', got {self.model!r}")
+        if (self.model == "own") != (self.made_by is not None):
+            raise ValueError(f"draft kind {self.name!r}: a kind with a model of its own names the stage that makes "
+                             "it (made_by), and only such a kind does")
+        if self.model == "named" and "model" not in self.required:
+            raise ValueError(f"draft kind {self.name!r} loads the model its 'model' field names: require it")
+        unknown = set(self.required) - set(self.fields)
+        if unknown:
+            raise ValueError(f"draft kind {self.name!r}: required fields {sorted(unknown)} are not among its fields")
+
+    def model_name(self, draft: str, spec: Mapping) -> str | None:
+        """The prepared model directory's name this draft loads: its `model` field, its own name, or None."""
+        return {"named": spec.get("model"), "own": draft, None: None}[self.model]
+
+    def check_fields(self, spec: Mapping, key: str) -> None:
+        """Unknown and missing fields, named by their config key (field values are the schema's job)."""
+        for name in spec:
+            if name != "kind" and name not in self.fields:
+                raise DraftSpecError(f"config key '{key}.{name}': a {self.name!r} draft takes no field {name!r} "
+                                     f"(its fields: {', '.join(sorted(self.fields)) or 'none'})")
+        missing = [name for name in self.required if name not in spec]
+        if missing:
+            raise DraftSpecError(f"config key '{key}': a {self.name!r} draft needs {', '.join(map(repr, missing))}")
+
+
+_KINDS: dict[str, DraftKind] = {}
+
+
+def register(kind: DraftKind) -> DraftKind:
+    """Add a kind; registering the same name again replaces it (a module imported twice)."""
+    _KINDS[kind.name] = kind
+    return kind
+
+
+def kind_names() -> list[str]:
+    return sorted(_KINDS)
+
+
+def get_kind(name: str, key: str = "kind") -> DraftKind:
+    if name not in _KINDS:
+        raise DraftSpecError(f"config key '{key}': unknown draft kind {name!r} (known: {', '.join(kind_names())}; "
+                             "a kind of your own is registered by a module named under 'plugins')")
+    return _KINDS[name]
+
+
+def load_plugins(modules: Iterable[str]) -> None:
+    """Import the modules that register kinds of their own (config key `plugins`)."""
+    for module in modules:
+        try:
+            importlib.import_module(module)
+        except ImportError as e:
+            raise DraftSpecError(f"config key 'plugins': cannot import {module!r} ({e})") from e

@@ -1,0 +1,109 @@
+"""Loading a prepared model directory (safetensors + tokenizer + manifest.json) as the decoding loops run it.
+
+A prepared directory is what the study's models stage writes (`specdec.study.models`); `manifest.json` is written
+last and marks it complete. Loading is safetensors only, no remote code, no network.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from .errors import InvalidModelDirError, VocabularyMismatchError
+from .kernels import available_backends, fastest_backends, time_backends, use_backends, use_row_adaptive_bf16_linear
+
+MANIFEST = "manifest.json"
+DTYPES = ("float32", "bfloat16", "float16")
+
+
+LINEAR_KERNELS = ("default", "weight_major", "avx2", "auto")
+
+
+@dataclass(frozen=True)
+class Runtime:
+    """How a model runs: its dtype, the device, the linear-layer kernel and the torch thread count.
+
+    linear_kernel: "default" keeps torch's nn.Linear; "weight_major" and "avx2" run every fp32 product of up to
+    16 rows on that backend (specdec/kernels.py); "auto" on the backend measured fastest on this machine for each
+    weight shape and row count. On the CPU a bf16 model's linear layers become row-adaptive (bf16 for few rows,
+    an fp32 copy of the same values for many) with any kernel but "default"."""
+
+    dtype: str = "float32"
+    device: str = "cpu"
+    linear_kernel: str = "auto"
+    threads: int | None = None
+
+    def __post_init__(self):
+        if self.linear_kernel not in LINEAR_KERNELS:
+            raise ValueError(f"linear_kernel must be one of {LINEAR_KERNELS}, got {self.linear_kernel!r}")
+
+
+def torch_dtype(dtype: str) -> torch.dtype:
+    if dtype not in DTYPES:
+        raise ValueError(f"dtype must be one of {DTYPES}, got {dtype!r}")
+    return getattr(torch, dtype)
+
+
+def read_manifest(model_dir: str | os.PathLike) -> dict:
+    path = Path(model_dir) / MANIFEST
+    if not path.is_file():
+        raise InvalidModelDirError(f"{model_dir} has no {MANIFEST}: it is not a prepared model (or its preparation was "
+                                   f"interrupted); run the models stage (prepare_model) first")
+    return json.loads(path.read_text())
+
+
+def load_model(model_dir: str | os.PathLike, dtype: str = "float32", device: str = "cpu"):
+    """Load a prepared model (safetensors only, no remote code) and its tokenizer; the model is in eval mode."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model_dir = Path(model_dir)
+    read_manifest(model_dir)
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch_dtype(dtype), use_safetensors=True,
+                                                 trust_remote_code=False, local_files_only=True)
+    model.to(device).eval()
+    tok = AutoTokenizer.from_pretrained(model_dir, trust_remote_code=False, local_files_only=True)
+    return model, tok
+
+
+def load_for_decoding(model_dir, runtime: Runtime, backend_tables: dict[str, dict[int, str]] | None = None,
+                      log=lambda _: None):
+    """A prepared model set up as the study runs it (dtype, device, linear kernel); returns (model, tokenizer).
+
+    With linear_kernel "auto", `backend_tables` ("out x in" -> {rows: backend}, from kernels.fastest_backends over
+    this machine's timings) says which backend each product runs on; without them the backends are timed now."""
+    if runtime.threads:
+        torch.set_num_threads(runtime.threads)
+    if runtime.device == "cuda" and not torch.cuda.is_available():
+        raise RuntimeError("runtime device is 'cuda' but torch sees no CUDA device")
+    model, tokenizer = load_model(model_dir, dtype=runtime.dtype, device=runtime.device)
+    if runtime.device != "cpu" or runtime.linear_kernel == "default":
+        return model, tokenizer
+    if runtime.dtype == "bfloat16":
+        # torch's bf16 products of few rows are fast as shipped; many rows (a prompt pass) run on an fp32 copy
+        return use_row_adaptive_bf16_linear(model), tokenizer
+    if runtime.linear_kernel == "auto":
+        if backend_tables is None:
+            backend_tables = fastest_backends(time_backends(model, log=log))
+        return use_backends(model, "linear", backend_tables), tokenizer
+    if runtime.linear_kernel not in available_backends():
+        raise RuntimeError(f"linear kernel {runtime.linear_kernel!r} is not available on this machine "
+                           f"(available: {available_backends()}); use 'auto'")
+    return use_backends(model, runtime.linear_kernel), tokenizer
+
+
+def check_same_vocabulary(tok_a, tok_b, name_a: str, name_b: str) -> None:
+    """Raise VocabularyMismatchError unless both tokenizers map the same strings to the same ids."""
+    va, vb = tok_a.get_vocab(), tok_b.get_vocab()
+    if va == vb and len(tok_a) == len(tok_b):
+        return
+    only_a = sorted(set(va) - set(vb))[:5]
+    only_b = sorted(set(vb) - set(va))[:5]
+    moved = sorted(t for t in set(va) & set(vb) if va[t] != vb[t])[:5]
+    raise VocabularyMismatchError(
+        f"models {name_a!r} and {name_b!r} have different vocabularies ({len(tok_a)} vs {len(tok_b)} tokens; "
+        f"only in {name_a}: {only_a}; only in {name_b}: {only_b}; different ids: {moved}); "
+        f"speculative decoding needs a draft with the target's tokenizer")

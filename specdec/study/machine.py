@@ -1,0 +1,64 @@
+"""Which machine a measurement comes from: the CPU model, the instruction-set flags that change which kernels run
+(AVX2, AVX-512, AVX512-BF16, AMX), the thread count and the torch version, folded into one id that keys the
+profiles and cost-model fits (results/machines/{machine}/...), so that a run on a new machine adds its own."""
+
+from __future__ import annotations
+
+import os
+import platform
+import re
+from pathlib import Path
+
+# /proc/cpuinfo flag -> the name in the id, in the order they appear there (strongest last).
+KERNEL_FLAGS = {"avx2": "avx2", "avx512f": "avx512", "avx512_bf16": "avx512bf16", "amx_tile": "amx"}
+
+
+def cpuinfo(path: str | os.PathLike = "/proc/cpuinfo") -> dict:
+    """Vendor, model name, family/model numbers and flags of the first CPU (empty values where unknown)."""
+    fields: dict[str, str] = {}
+    try:
+        for line in Path(path).read_text().splitlines():
+            if not line.strip():
+                break  # the first processor's block is enough
+            key, _, value = line.partition(":")
+            fields[key.strip()] = value.strip()
+    except OSError:
+        pass
+    return {"vendor": fields.get("vendor_id", ""), "model_name": fields.get("model name") or platform.processor(),
+            "family": fields.get("cpu family", ""), "model": fields.get("model", ""),
+            "flags": fields.get("flags", "").split(), "logical_cpus": os.cpu_count()}
+
+
+def cpu_slug(info: dict) -> str:
+    """A short name for the CPU: its model name without trademarks, 'CPU', clock and core counts; where a VM shows
+    only a family name ("AMD EPYC"), the family and model numbers tell generations apart (25-1: Zen 3)."""
+    name = re.sub(r"\((r|tm)\)|\bcpu\b|@.*$|\b\d+-core\b|\bprocessor\b", " ", info["model_name"].lower())
+    slug = re.sub(r"[^a-z0-9]+", "-", name).strip("-") or "unknown-cpu"
+    if len(slug.split("-")) <= 2 and info.get("family"):
+        slug += f"-f{info['family']}m{info['model']}"
+    return slug
+
+
+def kernel_flags(info: dict) -> list[str]:
+    flags = set(info["flags"])
+    return [name for flag, name in KERNEL_FLAGS.items() if flag in flags] or ["baseline-x86" if info["flags"] else
+                                                                              platform.machine() or "cpu"]
+
+
+def machine_id(threads: int, torch_version: str | None = None, info: dict | None = None) -> str:
+    """e.g. 'amd-epyc-f25m1-avx2-t2-torch2.13.0' or 'intel-xeon-platinum-8481c-avx2-avx512-avx512bf16-amx-t2-...'."""
+    if torch_version is None:
+        import torch
+
+        torch_version = torch.__version__.split("+")[0]
+    info = info or cpuinfo()
+    return f"{cpu_slug(info)}-{'-'.join(kernel_flags(info))}-t{threads}-torch{torch_version}"
+
+
+def machine_record(threads: int) -> dict:
+    """What provenance records about the machine a run measured on."""
+    info = cpuinfo()
+    return {"id": machine_id(threads, info=info), "cpu": info["model_name"], "vendor": info["vendor"],
+            "family": info["family"], "model": info["model"], "kernel_flags": kernel_flags(info),
+            "logical_cpus": info["logical_cpus"], "threads": threads, "platform": platform.platform(),
+            "python": platform.python_version()}

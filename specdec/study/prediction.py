@@ -1,0 +1,205 @@
+"""The speedup the profiled step costs predict from measured acceptance, next to the measured speedup.
+
+Costs come from the profiling stage (`specdec.profiling.profile_model` tables: whole-forward seconds of each model
+at m new positions); acceptance, tokens per pass and the catch-up rate from the decode stage's steps. A draft that is
+a model of its own is profiled itself; an early-exit draft costs the target's forward minus the layers it skips; a
+prompt-lookup draft has no forward, so its measured proposal time is used. Prompt passes are not profiled (their
+length varies): the prediction charges the measured ones, because the measured totals include them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pandas as pd
+import torch
+
+from ..drafts import get_kind
+from .costmodel import AUDIT_KEYS, audited_step_timings, pooled_rates, predicted_speedup
+
+COSTMODEL_COLUMNS = ["draft", "domain", "k", "acceptance", "tokens_per_pass", "c", "verify_cost_ratio",
+                     "predicted_speedup", "measured_speedup", "rel_error"]
+EXTRA_COLUMNS = ["c_measured", "verify_cost_ratio_measured", "predicted_speedup_pooled", "predicted_decode_speedup",
+                 "prefill_share", "drafted_per_block", "n_prompts"]
+
+
+def forward_seconds(profiles: pd.DataFrame) -> pd.Series:
+    """Median whole-forward seconds per (model, m)."""
+    forwards = profiles[profiles["component"] == "forward"]
+    return forwards.groupby(["model", "m"])["seconds"].median()
+
+
+def early_exit_seconds(target_profile: pd.DataFrame, layers: int) -> pd.Series:
+    """Per m: the target's forward minus the decoder layers an early exit after `layers` layers skips (medians of
+    per-repeat differences, so that a slow repeat is not mixed with a fast one)."""
+    skipped = target_profile[(target_profile["component"] == "layer") & (target_profile["layer"] >= layers)]
+    skipped = skipped.groupby(["m", "repeat"])["seconds"].sum()
+    whole = target_profile[target_profile["component"] == "forward"].set_index(["m", "repeat"])["seconds"]
+    return (whole - skipped).groupby("m").median()
+
+
+def draft_costs(profiles: pd.DataFrame, target: str, draft_specs: dict[str, dict],
+                profiled_dtype: str = "float32") -> dict[str, pd.Series | None]:
+    """Per draft, seconds of a draft forward by m, from what its kind says a step runs (DraftCost); None where the
+    measured proposal time prices it instead: no model, a mix of model and no model, or a model held in a dtype
+    other than the profiled one."""
+    forward = forward_seconds(profiles)
+    costs: dict[str, pd.Series | None] = {}
+    for name, spec in draft_specs.items():
+        cost = get_kind(spec["kind"]).cost(name, spec)
+        if cost.measured or (cost.dtype or profiled_dtype) != profiled_dtype:
+            costs[name] = None
+        elif cost.model:
+            costs[name] = forward.loc[cost.model]
+        elif cost.target_layers:
+            costs[name] = early_exit_seconds(profiles[profiles["model"] == target], cost.target_layers)
+        else:
+            costs[name] = None
+    return costs
+
+
+def profiled_costmodel_table(profiles: pd.DataFrame, steps: pd.DataFrame, sequences: pd.DataFrame, target: str,
+                             draft_specs: dict[str, dict], setting: str = "greedy",
+                             profiled_dtype: str = "float32") -> pd.DataFrame:
+    """One row per (draft, domain, k): measured acceptance and tokens per pass; c = T_draft(1) / T_target(1) and
+    verify_cost_ratio = T_target(k + 1) / T_target(1) from the profiles.
+
+    predicted_speedup prices each sequence as it ran: its measured prompt passes, then n - 1 tokens in blocks at the
+    profiled costs of what each block did (the draft calls it made, a verify pass over its positions, the catch-up
+    call). It is the median over prompts x repeats of the per-sequence predictions, as measured_speedup is the median
+    of the per-sequence measured ratios: acceptance varies a lot between prompts, and the speedup is not linear in it,
+    so a prediction from pooled rates (predicted_speedup_pooled) is biased where the spread is wide.
+    predicted_decode_speedup is the issue's closed form (k draft steps, one verify over k + 1 positions) at the pooled
+    rates. rel_error = predicted / measured - 1."""
+    steps, sequences = steps[steps["setting"] == setting], sequences[sequences["setting"] == setting]
+    keys = list(AUDIT_KEYS)
+    target_forward = forward_seconds(profiles).loc[target]
+    costs = draft_costs(profiles, target, draft_specs, profiled_dtype)
+    cells = _profiled_predictions(steps, sequences, keys, target_forward, costs)
+    per_sequence = _profiled_predictions(steps, sequences, keys + ["prompt_id", "repeat"], target_forward, costs,
+                                         cells.set_index(keys)["draft_step_seconds"])
+    table = cells.rename(columns={"predicted_speedup": "predicted_speedup_pooled"})
+    table = table.merge(per_sequence.groupby(keys)["predicted_speedup"].median().reset_index(), on=keys)
+    table["rel_error"] = table["predicted_speedup"] / table["measured_speedup"] - 1
+    return table[COSTMODEL_COLUMNS + EXTRA_COLUMNS].sort_values(keys).reset_index(drop=True)
+
+
+def _profiled_predictions(steps: pd.DataFrame, sequences: pd.DataFrame, keys: list[str], target_forward: pd.Series,
+                          costs: dict, cell_proposal_seconds: pd.Series | None = None) -> pd.DataFrame:
+    """Per group of `keys`: the audited timings, pooled rates and the speedup the profiled costs predict.
+    cell_proposal_seconds: per (draft, domain, k), the measured proposal time per token of a draft without a model,
+    used when a group is a single sequence (which may have proposed nothing)."""
+    audit = audited_step_timings(steps, keys)
+    audit = audit.rename(columns={"c": "c_measured", "verify_cost_ratio": "verify_cost_ratio_measured"})
+    table = audit.merge(pooled_rates(sequences, keys), on=keys)
+    # Blocks as they ran: the draft stops at an EOS and the last blocks of a sequence draft only what the token
+    # budget leaves, so a block drafts fewer than k tokens on average and its verify pass covers drafted + 1
+    # positions. Each block is priced at the profiled cost of what it did.
+    blocks = steps[(steps["method"] == "speculative") & (steps["kind"] == "block")]
+    blocks = blocks.assign(profiled_verify=blocks["positions"].map(target_forward))
+    per_block = blocks.groupby(keys).agg(drafted_per_block=("drafted", "mean"),
+                                         verify_per_block=("profiled_verify", "mean"))
+    table = table.merge(per_block.reset_index(), on=keys, how="left")
+    rows = []
+    for r in table.itertuples():
+        k, t1 = int(r.k), float(target_forward.loc[1])
+        draft = costs.get(r.draft)
+        if draft is None:  # no model: the proposal's own measured time per token, and no catch-up call
+            t_draft = float(r.draft_step_seconds)
+            if cell_proposal_seconds is not None:
+                t_draft = float(cell_proposal_seconds.loc[(r.draft, r.domain, r.k)])
+            t_catchup = t_draft
+        else:
+            t_draft, t_catchup = float(draft.loc[1]), float(draft.loc[2])
+        t_verify = float(target_forward.loc[k + 1])
+        decode = predicted_speedup(r.decode_tokens_per_pass, t1, t_draft, t_verify, t_catchup, r.catchup_rate, k=k)
+        # Whole sequences: both pay the target's prompt pass, speculative also the draft's; then n - 1 tokens.
+        rest = r.n_tokens - 1
+        baseline = r.prefill_target_seconds + rest * t1
+        block = r.drafted_per_block * t_draft + r.verify_per_block + r.catchup_rate * (t_catchup - t_draft)
+        prefill_draft = 0.0 if pd.isna(r.prefill_draft_seconds) else r.prefill_draft_seconds
+        speculative = r.prefill_target_seconds + prefill_draft + rest / r.decode_tokens_per_pass * block
+        rows.append({
+            "c": t_draft / t1, "verify_cost_ratio": t_verify / t1,
+            "predicted_speedup": baseline / speculative, "predicted_decode_speedup": decode,
+            "prefill_share": r.prefill_target_seconds / baseline,
+        })
+    return pd.concat([table.reset_index(drop=True), pd.DataFrame(rows)], axis=1)
+
+
+def roofline(profiles: pd.DataFrame, bandwidth_bytes_per_second: float, target: str,
+             steps: pd.DataFrame) -> pd.DataFrame:
+    """Per m: the weight bytes one target forward reads / the measured read bandwidth (the floor), the profiled
+    forward, and the decode stage's measured baseline step (m = 1) and verify passes (m = k + 1)."""
+    profile = profiles[profiles["model"] == target]
+    step_bytes = int(profile[profile["component"].isin(["layer", "lm_head"])]
+                     .drop_duplicates(["component", "layer"])["param_bytes"].sum())
+    floor = step_bytes / bandwidth_bytes_per_second
+    profiled = forward_seconds(profiles).loc[target]
+    greedy = steps[steps["setting"] == "greedy"] if "setting" in steps else steps
+    baseline = greedy[(greedy["method"] == "baseline") & (greedy["kind"] == "target")]["verify_seconds"].median()
+    verify = greedy[(greedy["method"] == "speculative") & (greedy["kind"] == "block")]
+    verify = verify.groupby("positions")["verify_seconds"].median()
+    rows = []
+    for m, seconds in profiled.items():
+        decoded = baseline if m == 1 else verify.get(m)
+        rows.append({"m": int(m), "weight_bytes": step_bytes, "bandwidth_gb_s": bandwidth_bytes_per_second / 1e9,
+                     "floor_seconds": floor, "profiled_seconds": float(seconds),
+                     "profiled_over_floor": float(seconds) / floor,
+                     "decode_seconds": None if decoded is None or pd.isna(decoded) else float(decoded),
+                     "decode_over_floor": None if decoded is None or pd.isna(decoded) else float(decoded) / floor})
+    return pd.DataFrame(rows)
+
+
+DRAFTS_COLUMNS = ["draft", "kind", "draft_layers", "target_layers", "depth_ratio", "param_ratio", "c_measured",
+                  "c_predicted", "domain", "k", "acceptance", "tokens_per_pass", "speedup_median"]
+# After the issue's columns: which run a cell comes from (the study grid or the draft sweep), over how many prompts,
+# and the speedup the profiled costs predict for it (prediction.profiled_costmodel_table).
+DRAFTS_EXTRA_COLUMNS = ["run", "n_prompts", "predicted_speedup"]
+
+
+def draft_shapes(draft_specs: dict[str, dict], profile_shapes: dict, target: str) -> dict:
+    """The ModelShape each draft runs per step (None for a draft without a model): the profiled shape of the model
+    its kind names (with the bytes of the draft's own dtype where it names one), or the target's with fewer layers
+    for an early exit."""
+    shapes = {}
+    for name, spec in draft_specs.items():
+        cost = get_kind(spec["kind"]).cost(name, spec)
+        if cost.model:
+            shapes[name] = profile_shapes[cost.model]
+            if cost.dtype:
+                shapes[name] = replace(shapes[name], dtype_bytes=getattr(torch, cost.dtype).itemsize)
+        elif cost.target_layers:
+            shapes[name] = replace(profile_shapes[target], n_layers=cost.target_layers)
+        else:
+            shapes[name] = None
+    return shapes
+
+
+def drafts_table(costmodel: pd.DataFrame, draft_specs: dict[str, dict], shapes: dict, target_shape,
+                 predict_c, run: str = "study") -> pd.DataFrame:
+    """The depth sweep: per (draft, domain, k) the draft's depth and parameter (step bytes) ratios to the target, c
+    measured in the decode runs and predicted by the cost-model fit (`predict_c(shape)`), acceptance, tokens per
+    pass and the measured median speedup; `run` names where the cells come from."""
+    rows = []
+    for r in costmodel.itertuples():
+        shape = shapes[r.draft]
+        rows.append({
+            "draft": r.draft, "kind": draft_specs[r.draft]["kind"],
+            "draft_layers": shape.n_layers if shape else 0, "target_layers": target_shape.n_layers,
+            "depth_ratio": shape.n_layers / target_shape.n_layers if shape else 0.0,
+            "param_ratio": shape.step_bytes / target_shape.step_bytes if shape else 0.0,
+            "c_measured": r.c_measured, "c_predicted": predict_c(shape) if shape else 0.0,
+            "domain": r.domain, "k": r.k, "acceptance": r.acceptance, "tokens_per_pass": r.tokens_per_pass,
+            "speedup_median": r.measured_speedup,
+            "run": run, "n_prompts": r.n_prompts, "predicted_speedup": r.predicted_speedup,
+        })
+    return pd.DataFrame(rows, columns=DRAFTS_COLUMNS + DRAFTS_EXTRA_COLUMNS)
+
+
+def best_per_domain(drafts: pd.DataFrame) -> pd.DataFrame:
+    """The draft and k with the highest median speedup in each domain."""
+    best = drafts.loc[drafts.groupby("domain")["speedup_median"].idxmax()]
+    columns = ["domain", "draft", "kind", "k", "acceptance", "tokens_per_pass", "speedup_median"]
+    columns += [c for c in ("run", "n_prompts") if c in drafts]
+    return best[columns].reset_index(drop=True)

