@@ -37,3 +37,61 @@ def test_use_row_adaptive_bf16_linear_keeps_the_state_dict_and_swaps_back():
     with default_linear(model):
         assert not any(isinstance(m, RowAdaptiveBf16Linear) for m in model.modules())
     assert sum(isinstance(m, RowAdaptiveBf16Linear) for m in model.modules()) == n_linear
+
+
+# --- the fp32 backends and their per-row-count tables ----------------------------------------------------------------
+from specdec.kernels import (  # noqa: E402
+    BACKENDS,
+    BackendLinear,
+    available_backends,
+    fastest_backends,
+    linear_backends,
+    time_backends,
+    use_backends,
+)
+
+
+@pytest.mark.parametrize("backend", available_backends())
+@pytest.mark.parametrize("bias", [True, False])
+def test_every_backend_computes_the_layer_for_every_row_count(backend, bias):
+    torch.manual_seed(1)
+    linear = nn.Linear(37, 29, bias=bias)  # odd sizes: the kernels' tails are exercised
+    layer = BackendLinear(linear, backend)
+    for rows in (1, 2, 3, 4, 5, 7, 9, 16, 40):  # 40: beyond the table
+        x = torch.randn(1, rows, 37)
+        torch.testing.assert_close(layer(x), linear(x), rtol=1e-5, atol=1e-5)
+    assert layer.weight is linear.weight  # shared, not copied
+
+
+def test_tables_fill_gaps_from_below_and_prompt_passes_run_weight_major():
+    layer = BackendLinear(nn.Linear(8, 8), "linear", {1: "weight_major", 3: "linear"})
+    assert [layer.backend_for(r) for r in (1, 2, 3, 9, 16)] == ["weight_major"] * 2 + ["linear"] * 3
+    assert layer.backend_for(17) == "weight_major"  # beyond the table: compute-bound, W @ x^T
+    assert BackendLinear(nn.Linear(8, 8), "linear").backend_for(64) == "linear"  # plain F.linear when asked for
+    with pytest.raises(ValueError, match="unknown linear backend"):
+        BackendLinear(nn.Linear(8, 8), "fastest")
+
+
+def test_backends_are_timed_per_shape_and_row_count_and_the_fastest_is_chosen():
+    model = tiny_qwen2(vocab_size=64, hidden_size=32, seed=0, dtype=torch.float32)
+    timings = time_backends(model, rows=[1, 2], repeats=2)
+    shapes = {row["shape"] for row in timings}
+    assert shapes == {"32x32", "16x32", "64x32", "32x64"}  # q/o, k/v, gate/up + LM head, down
+    assert {(row["rows"], row["backend"]) for row in timings} == {(r, b) for r in (1, 2) for b in available_backends()}
+    tables = fastest_backends(timings)
+    for shape, table in tables.items():
+        for rows, backend in table.items():
+            times = {r["backend"]: r["seconds"] for r in timings if r["shape"] == shape and r["rows"] == rows}
+            assert times[backend] == min(times.values())
+    ids = torch.tensor([[3, 1, 4, 1, 5]])
+    expected = model(input_ids=ids).logits
+    use_backends(model, "linear", tables)
+    torch.testing.assert_close(model(input_ids=ids).logits, expected, rtol=1e-4, atol=1e-4)
+    assert set(linear_backends(model, 1).split("+")) <= set(BACKENDS)
+
+
+def test_a_backend_this_machine_lacks_is_refused():
+    if "avx2" in available_backends():
+        pytest.skip("this machine has the avx2 backend")
+    with pytest.raises(RuntimeError, match="not available"):
+        BackendLinear(nn.Linear(4, 4), "avx2")

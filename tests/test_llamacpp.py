@@ -95,7 +95,8 @@ def test_parse_bench_recorded_from_llama_bench():
     costs = lc.step_costs(frame.assign(model="m"))
     step = costs[costs["m"] == 0]["seconds"].iloc[0]
     assert step == pytest.approx(np.median(np.asarray(tg["samples_s"].iloc[0]) / facts["gen_tokens"]))
-    assert costs[costs["m"] == 1]["ratio_to_pass1"].iloc[0] == pytest.approx(1.0)
+    pp1 = costs[costs["m"] == 1]
+    assert pp1["ratio_to_step"].iloc[0] == pytest.approx(pp1["seconds"].iloc[0] / step)
     assert (costs["seconds"] > 0).all()
 
 
@@ -150,13 +151,21 @@ def test_summary_counts_divergences_and_uses_the_cost_model():
 
 
 def test_engine_speeds_from_study_runs(tmp_path):
-    path = tmp_path / "runs/greedy/d/code/k4/seed0/sequences.parquet"
-    path.parent.mkdir(parents=True)
-    pd.DataFrame({"prompt_id": ["p0", "p0", "p9", "p9"], "method": ["baseline", "speculative"] * 2,
-                  "n_tokens": [32, 32, 32, 32], "total_seconds": [4.0, 2.0, 1.0, 1.0]}).to_parquet(path)
-    engine = lc.engine_speeds([path], {"code": {"p0"}})  # p9 is not one of llama.cpp's prompts
-    assert engine.to_dict("records") == [{"draft": "d", "domain": "code", "k": 4,
-                                          "engine_baseline_tokens_per_s": 8.0, "engine_spec_tokens_per_s": 16.0}]
+    def runs(draft, k, rows):
+        path = tmp_path / f"runs/greedy/{draft}/code/k{k}/seed0/sequences.parquet"
+        path.parent.mkdir(parents=True)
+        pd.DataFrame(rows, columns=["prompt_id", "method", "n_tokens", "total_seconds"]).to_parquet(path)
+        return path
+
+    files = [runs("d", 4, [("p0", "baseline", 32, 4.0), ("p0", "speculative", 32, 2.0), ("p9", "baseline", 32, 1.0)]),
+             runs("hybrid", 4, [("p0", "baseline", 32, 2.0), ("p0", "speculative", 32, 1.0)])]
+    engine = lc.engine_speeds(files, {"code": {"p0"}})  # p9 is not one of llama.cpp's prompts
+    assert len(engine) == 4 and set(engine["prompt_id"]) == {"p0"}
+    same = lc.engine_scale(engine, "d", "code", 4, fallback=["hybrid"])
+    assert same == {"engine_baseline_tokens_per_s": 12.0, "engine_spec_tokens_per_s": 16.0, "engine_draft": "d"}
+    other = lc.engine_scale(engine, "distilled", "code", 4, fallback=["hybrid"])  # no runs of that draft: the study's
+    assert other["engine_draft"] == "hybrid" and other["engine_spec_tokens_per_s"] == 32.0
+    assert np.isnan(lc.engine_scale(engine, "d", "code", 8)["engine_spec_tokens_per_s"])  # no k = 8 runs: NaN
     assert lc.engine_speeds([tmp_path / "missing/x/y/z/w.parquet"]).empty
 
 

@@ -632,8 +632,6 @@ def export_gguf(model_dir: str | os.PathLike, base_gguf: str | os.PathLike, out:
     K-quantised one would). Returns {tensor name: how it was written}.
     """
     import gguf
-    import torch
-    from gguf import GGMLQuantizationType as Q
     from safetensors.torch import load_file
 
     model_dir, out = Path(model_dir), Path(out)
@@ -649,8 +647,24 @@ def export_gguf(model_dir: str | os.PathLike, base_gguf: str | os.PathLike, out:
     for f in sorted(model_dir.glob("*.safetensors")):
         state.update(load_file(str(f)))
     name_map = gguf.get_tensor_name_map(next(k for k, v in gguf.MODEL_ARCH_NAMES.items() if v == arch), n_layers)
+    partial = Path(str(out) + ".partial")
+    try:
+        how = _write_export(gguf, reader, state, name_map, base, partial, arch, n_layers, model_dir.name)
+        os.replace(partial, out)
+    finally:
+        partial.unlink(missing_ok=True)
+    log(f"exported {out}: {n_layers} layers; " + ", ".join(f"{v}: {list(how.values()).count(v)}"
+                                                           for v in sorted(set(how.values()))))
+    return how
+
+
+def _write_export(gguf, reader, state: dict, name_map, base: dict, path: Path, arch: str, n_layers: int,
+                  name: str) -> dict:
+    import torch
+    from gguf import GGMLQuantizationType as Q
+
     quantisable = {Q.Q8_0, Q.Q5_0, Q.Q5_1, Q.Q4_0, Q.Q4_1, Q.BF16}
-    writer = gguf.GGUFWriter(str(out) + ".partial", arch)
+    writer = gguf.GGUFWriter(str(path), arch)
     for f in reader.fields.values():
         if f.name.startswith("GGUF.") or f.name == "general.architecture":
             continue
@@ -658,13 +672,13 @@ def export_gguf(model_dir: str | os.PathLike, base_gguf: str | os.PathLike, out:
         if f.name == f"{arch}.block_count":
             value = n_layers
         elif f.name == "general.name":
-            value = f"{value} (first {n_layers} layers, {model_dir.name})"
+            value = f"{value} (first {n_layers} layers, {name})"
         writer.add_key_value(f.name, value, main, sub_type=sub)
     how = {}
     for hf_name, tensor in state.items():
         gg = name_map.get_name(hf_name, try_suffixes=(".weight", ".bias"))
         if gg is None:
-            raise LlamaCppError(f"{model_dir}: no GGUF name for tensor {hf_name}")
+            raise LlamaCppError(f"{name}: no GGUF name for tensor {hf_name}")
         ref = base.get(gg)
         data = tensor.to(torch.float32).numpy()
         if ref is not None:
@@ -688,9 +702,6 @@ def export_gguf(model_dir: str | os.PathLike, base_gguf: str | os.PathLike, out:
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
     writer.close()
-    os.replace(str(out) + ".partial", out)
-    log(f"exported {out}: {n_layers} layers; " + ", ".join(f"{v}: {list(how.values()).count(v)}"
-                                                           for v in sorted(set(how.values()))))
     return how
 
 
@@ -798,7 +809,7 @@ def bench_job(models: dict[str, str | os.PathLike], *, bin_dir, threads: int, de
 # --------------------------------------------------------------------------------------------------- tables
 def step_costs(bench: pd.DataFrame) -> pd.DataFrame:
     """Per model: the one-token step (tg: seconds per generated token, every repetition of every round) and the
-    pass over m positions (pp m), medians with bootstrap intervals; verify_ratio(m) = pass(m) / pass(1)."""
+    pass over m positions (pp m), medians with bootstrap intervals; ratio_to_step = pass(m) / step."""
     from .stats import bootstrap_median_interval
 
     rows = []
@@ -815,8 +826,9 @@ def step_costs(bench: pd.DataFrame) -> pd.DataFrame:
                          "seconds_lo": lo, "seconds_hi": hi, "n_depth": int(sub["n_depth"].iloc[0]),
                          "n_threads": int(sub["n_threads"].iloc[0])})
     out = pd.DataFrame(rows)
-    one = out[out["m"] == 1].set_index("model")["seconds"]
-    out["ratio_to_pass1"] = out.apply(lambda r: r["seconds"] / one.get(r["model"], np.nan), axis=1)
+    # relative to the steady one-token step (tg, many tokens per sample), not to pp 1 (one decode per sample, noisy)
+    step = out[out["m"] == 0].set_index("model")["seconds"]
+    out["ratio_to_step"] = out.apply(lambda r: r["seconds"] / step.get(r["model"], np.nan), axis=1)
     return out
 
 
@@ -842,11 +854,12 @@ TABLE_COLUMNS = ["draft", "domain", "k", "n_prompts", "n_repeats", "plain_tokens
                  "plain_tokens_per_s_hi", "spec_tokens_per_s", "spec_tokens_per_s_lo", "spec_tokens_per_s_hi",
                  "speedup", "speedup_lo", "speedup_hi", "acceptance", "tokens_per_pass", "n_identical", "n_compared",
                  "first_diffs", "c", "depth_ratio", "bytes_ratio", "verify_ratio_k1", "predicted_speedup",
-                 "engine_baseline_tokens_per_s", "engine_spec_tokens_per_s", "threads"]
+                 "engine_baseline_tokens_per_s", "engine_spec_tokens_per_s", "engine_draft", "threads"]
 
 
 def summarize(runs: pd.DataFrame, costs: pd.DataFrame, facts: dict[str, dict], target: str,
-              engine: pd.DataFrame | None = None, threads: int | None = None) -> pd.DataFrame:
+              engine: pd.DataFrame | None = None, threads: int | None = None,
+              engine_fallback: Sequence[str] = ()) -> pd.DataFrame:
     """One row per (draft, domain, k) of the llama.cpp runs.
 
     speedup: per prompt and repeat, speculative tokens/s over plain tokens/s of the same turn; median over turns with
@@ -854,7 +867,7 @@ def summarize(runs: pd.DataFrame, costs: pd.DataFrame, facts: dict[str, dict], t
     accepted / verify passes (llama.cpp's '#mean acc len'), pooled over the cell's runs. n_identical of n_compared:
     speculative runs whose emitted tokens equal the plain run's (first max_new_tokens); first_diffs lists
     'prompt_id@position' of the others. c, depth and bytes ratios: draft / target; verify_ratio_k1: the target's
-    pass over k + 1 positions / its one-token pass (llama-bench, same depth and threads).
+    pass over k + 1 positions / its one-token step (llama-bench tg, same depth and threads).
     """
     from .stats import bootstrap_median_interval
 
@@ -884,40 +897,52 @@ def summarize(runs: pd.DataFrame, costs: pd.DataFrame, facts: dict[str, dict], t
                    "first_diffs": ";".join(f"{r.prompt_id}@{int(r.first_diff)}" for r in diffs.itertuples()),
                    "c": c, "depth_ratio": fd["n_layers"] / fdepth["n_layers"] if fd and fdepth else float("nan"),
                    "bytes_ratio": fbytes if fbytes is not None else float("nan"),
-                   "verify_ratio_k1": _cost(costs, target, int(k) + 1) / _cost(costs, target, 1),
+                   "verify_ratio_k1": _cost(costs, target, int(k) + 1) / _cost(costs, target, 0),
                    "predicted_speedup": predicted_llamacpp_speedup(tpp, costs, target, draft, int(k)),
-                   "engine_baseline_tokens_per_s": float("nan"), "engine_spec_tokens_per_s": float("nan"),
                    "threads": threads}
-            if engine is not None and len(engine):
-                e = engine[(engine["draft"] == draft) & (engine["domain"] == domain) & (engine["k"] == int(k))]
-                if len(e):
-                    row["engine_baseline_tokens_per_s"] = float(e["engine_baseline_tokens_per_s"].iloc[0])
-                    row["engine_spec_tokens_per_s"] = float(e["engine_spec_tokens_per_s"].iloc[0])
+            row.update(engine_scale(engine, draft, domain, int(k), engine_fallback))
             rows.append(row)
     return pd.DataFrame(rows, columns=TABLE_COLUMNS)
 
 
 def engine_speeds(sequence_files: Iterable[str | os.PathLike], prompt_ids: dict[str, set] | None = None) -> pd.DataFrame:
-    """Our engine's tokens/s on the same prompts, from the study's greedy decode runs (sequences.parquet of
-    runs/greedy/<draft>/<domain>/k<k>/seed0/): per (domain, k), the median over sequences of n_tokens /
-    total_seconds for the baseline and the speculative method. Empty when there are no such files."""
-    rows = []
+    """Our engine's tokens/s, per sequence, from greedy decode runs of the study or the draft sweep
+    (sequences.parquet under [sweep/]runs/greedy/<draft>/<domain>/k<k>/seed0/): n_tokens / total_seconds, keeping only
+    the prompts llama.cpp ran (`prompt_ids` per domain). Empty when there are no such files."""
+    frames = []
     for path in sequence_files:
         path = Path(path)
         try:
             draft, domain, kdir = path.parts[-5], path.parts[-4], path.parts[-3]
-            seq = pd.read_parquet(path)
-        except (IndexError, OSError, ValueError):
+            seq = pd.read_parquet(path, columns=["prompt_id", "method", "n_tokens", "total_seconds"])
+        except (IndexError, OSError, ValueError, KeyError):
             continue
-        if prompt_ids and domain in prompt_ids:
-            seq = seq[seq["prompt_id"].isin(prompt_ids[domain])]
-        if not len(seq):
-            continue
-        speed = seq["n_tokens"] / seq["total_seconds"]
-        base = speed[seq["method"] == "baseline"]
-        spec = speed[seq["method"] != "baseline"]
-        rows.append({"draft": draft, "domain": domain, "k": int(kdir.lstrip("k")),
-                     "engine_baseline_tokens_per_s": float(base.median()) if len(base) else float("nan"),
-                     "engine_spec_tokens_per_s": float(spec.median()) if len(spec) else float("nan")})
-    return pd.DataFrame(rows, columns=["draft", "domain", "k", "engine_baseline_tokens_per_s",
-                                       "engine_spec_tokens_per_s"])
+        if prompt_ids is not None:
+            seq = seq[seq["prompt_id"].isin(prompt_ids.get(domain, set()))]
+        if len(seq):
+            frames.append(pd.DataFrame({"draft": draft, "domain": domain, "k": int(kdir.lstrip("k")),
+                                        "prompt_id": seq["prompt_id"].to_numpy(), "method": seq["method"].to_numpy(),
+                                        "tokens_per_s": (seq["n_tokens"] / seq["total_seconds"]).to_numpy()}))
+    columns = ["draft", "domain", "k", "prompt_id", "method", "tokens_per_s"]
+    return pd.concat(frames, ignore_index=True)[columns] if frames else pd.DataFrame(columns=columns)
+
+
+def engine_scale(engine: pd.DataFrame, draft: str, domain: str, k: int, fallback: Sequence[str] = ()) -> dict:
+    """Our engine next to a llama.cpp cell: its plain (baseline) tokens/s on the domain's prompts, pooled over every
+    run found (the baseline does not depend on the draft or k), and its speculative tokens/s at k with the same draft,
+    else with the first of `fallback` (the study's drafts) that has runs; engine_draft names which. NaN without runs."""
+    nan = float("nan")
+    out = {"engine_baseline_tokens_per_s": nan, "engine_spec_tokens_per_s": nan, "engine_draft": None}
+    if engine is None or not len(engine):
+        return out
+    dom = engine[engine["domain"] == domain]
+    base = dom[dom["method"] == "baseline"]["tokens_per_s"]
+    if len(base):
+        out["engine_baseline_tokens_per_s"] = float(base.median())
+    spec = dom[(dom["method"] == "speculative") & (dom["k"] == int(k))]
+    for name in (draft, *fallback):
+        chosen = spec[spec["draft"] == name]["tokens_per_s"]
+        if len(chosen):
+            out["engine_spec_tokens_per_s"], out["engine_draft"] = float(chosen.median()), name
+            break
+    return out

@@ -148,3 +148,50 @@ def verdict_text(machines: pd.DataFrame, drafts: pd.DataFrame, reported: dict[st
     lines += ["", "Per draft (c measured where the draft ran on that machine; c from s is the relation above):", "",
               drafts.to_markdown(index=False, floatfmt=".3f"), ""]
     return "\n".join(lines)
+
+
+# --- the best draft per machine ----------------------------------------------------------------------------------
+BEST_COLUMNS = ["machine", "kernel", "domain", "predicted_draft", "predicted_k", "predicted_speedup",
+                "measured_draft", "measured_k", "measured_speedup", "predicted_for_measured_best", "n_candidates"]
+
+
+def predicted_cells(fit: MachineFit, verify: pd.DataFrame, target_model: str, cells: pd.DataFrame) -> pd.DataFrame:
+    """For every (draft, domain, k) cell with a measured tokens per pass (hardware-independent for a greedy run),
+    the decode-phase speedup this machine's costs predict: tokens per pass / (k x c + T(k+1)/T(1)), c the draft's
+    fitted cost ratio on this machine (0 for a draft without a model; the measured one where the fit has none)."""
+    costs = fit.drafts.set_index("draft") if len(fit.drafts) else pd.DataFrame()
+    target_verify = verify[verify["model"] == target_model].set_index("m")["estimate"]
+    rows = []
+    for r in cells.itertuples():
+        if r.draft_layers == 0:
+            c = 0.0
+        elif r.draft in costs.index and pd.notna(costs.loc[r.draft, "c_predicted"]):
+            c = float(costs.loc[r.draft, "c_predicted"])
+        else:
+            continue  # a draft this machine has no cost for
+        v = float(target_verify.get(int(r.k) + 1, float("nan")))
+        rows.append({"machine": fit.machine, "kernel": fit.kernel, "draft": r.draft, "domain": r.domain,
+                     "k": int(r.k), "tokens_per_pass": r.tokens_per_pass, "c": c, "verify_cost": v,
+                     "predicted_speedup": r.tokens_per_pass / (int(r.k) * c + v)})
+    return pd.DataFrame(rows)
+
+
+def best_drafts_by_machine(predictions: pd.DataFrame, measured: dict[tuple[str, str], pd.DataFrame]) -> pd.DataFrame:
+    """Per (machine, kernel, domain): the draft and k with the highest predicted speedup, next to the best measured
+    cell on that machine where it ran cells (measured[(machine, kernel)]: a drafts table) and the prediction for
+    that measured best."""
+    rows = []
+    for (machine, kernel, domain), group in predictions.groupby(["machine", "kernel", "domain"]):
+        best = group.loc[group["predicted_speedup"].idxmax()]
+        row = {"machine": machine, "kernel": kernel, "domain": domain, "predicted_draft": best["draft"],
+               "predicted_k": int(best["k"]), "predicted_speedup": best["predicted_speedup"],
+               "measured_draft": None, "measured_k": None, "measured_speedup": None,
+               "predicted_for_measured_best": None, "n_candidates": len(group)}
+        ran = measured.get((machine, kernel))
+        if ran is not None and len(ran[ran["domain"] == domain]):
+            top = ran[ran["domain"] == domain].sort_values("speedup_median").iloc[-1]
+            match = group[(group["draft"] == top["draft"]) & (group["k"] == top["k"])]
+            row.update(measured_draft=top["draft"], measured_k=int(top["k"]), measured_speedup=top["speedup_median"],
+                       predicted_for_measured_best=float(match["predicted_speedup"].iloc[0]) if len(match) else None)
+        rows.append(row)
+    return pd.DataFrame(rows, columns=BEST_COLUMNS)

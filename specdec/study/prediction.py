@@ -19,7 +19,8 @@ from .costmodel import AUDIT_KEYS, audited_step_timings, pooled_rates, predicted
 
 COSTMODEL_COLUMNS = ["draft", "domain", "k", "acceptance", "tokens_per_pass", "c", "verify_cost_ratio",
                      "predicted_speedup", "measured_speedup", "rel_error"]
-EXTRA_COLUMNS = ["c_measured", "verify_cost_ratio_measured", "predicted_speedup_pooled", "predicted_decode_speedup",
+EXTRA_COLUMNS = ["measured_decode_speedup", "c_measured", "verify_cost_ratio_measured", "predicted_speedup_pooled",
+                 "predicted_decode_speedup",
                  "prefill_share", "drafted_per_block", "n_prompts"]
 
 
@@ -80,8 +81,23 @@ def profiled_costmodel_table(profiles: pd.DataFrame, steps: pd.DataFrame, sequen
                                          cells.set_index(keys)["draft_step_seconds"])
     table = cells.rename(columns={"predicted_speedup": "predicted_speedup_pooled"})
     table = table.merge(per_sequence.groupby(keys)["predicted_speedup"].median().reset_index(), on=keys)
+    table = table.merge(decode_phase_speedups(steps).groupby(keys)["decode_speedup"].median()
+                        .rename("measured_decode_speedup").reset_index(), on=keys, how="left")
     table["rel_error"] = table["predicted_speedup"] / table["measured_speedup"] - 1
     return table[COSTMODEL_COLUMNS + EXTRA_COLUMNS].sort_values(keys).reset_index(drop=True)
+
+
+def decode_phase_speedups(steps: pd.DataFrame) -> pd.DataFrame:
+    """Per sequence pair (job, prompt, repeat): the speedup of the decoding phase alone, after the prompt pass that
+    both methods pay (and the draft's own prompt pass): baseline seconds of its one-token steps over the speculative
+    seconds of its blocks and plain steps (draft, catch-up, verify and decide time)."""
+    keys = [*AUDIT_KEYS, "prompt_id", "repeat"]
+    decoding = steps[steps["kind"] != "prefill"]
+    seconds = (decoding["draft_seconds"] + decoding["catchup_seconds"] + decoding["verify_seconds"]
+               + decoding["decide_seconds"])
+    per_method = decoding.assign(seconds=seconds).pivot_table(index=keys, columns="method", values="seconds",
+                                                              aggfunc="sum")
+    return (per_method["baseline"] / per_method["speculative"]).rename("decode_speedup").reset_index()
 
 
 def _profiled_predictions(steps: pd.DataFrame, sequences: pd.DataFrame, keys: list[str], target_forward: pd.Series,
@@ -154,8 +170,9 @@ def roofline(profiles: pd.DataFrame, bandwidth_bytes_per_second: float, target: 
 DRAFTS_COLUMNS = ["draft", "kind", "draft_layers", "target_layers", "depth_ratio", "param_ratio", "c_measured",
                   "c_predicted", "domain", "k", "acceptance", "tokens_per_pass", "speedup_median"]
 # After the issue's columns: which run a cell comes from (the study grid or the draft sweep), over how many prompts,
-# and the speedup the profiled costs predict for it (prediction.profiled_costmodel_table).
-DRAFTS_EXTRA_COLUMNS = ["run", "n_prompts", "predicted_speedup"]
+# the speedup the profiled costs predict for it (profiled_costmodel_table) and the measured speedup of the decoding
+# phase alone (after the prompt passes, decode_phase_speedups).
+DRAFTS_EXTRA_COLUMNS = ["run", "n_prompts", "predicted_speedup", "decode_speedup_median"]
 
 
 def draft_shapes(draft_specs: dict[str, dict], profile_shapes: dict, target: str) -> dict:
@@ -193,8 +210,19 @@ def drafts_table(costmodel: pd.DataFrame, draft_specs: dict[str, dict], shapes: 
             "domain": r.domain, "k": r.k, "acceptance": r.acceptance, "tokens_per_pass": r.tokens_per_pass,
             "speedup_median": r.measured_speedup,
             "run": run, "n_prompts": r.n_prompts, "predicted_speedup": r.predicted_speedup,
+            "decode_speedup_median": getattr(r, "measured_decode_speedup", float("nan")),
         })
     return pd.DataFrame(rows, columns=DRAFTS_COLUMNS + DRAFTS_EXTRA_COLUMNS)
+
+
+def per_draft_costs(drafts: pd.DataFrame) -> pd.DataFrame:
+    """Per draft of a drafts table: its kind, depth and bytes ratios, c measured (median and range over its cells)
+    and c the fit predicts: what the cross-machine verdict (machines.py) compares."""
+    return drafts.groupby(["draft", "kind"], as_index=False).agg(
+        draft_layers=("draft_layers", "first"), target_layers=("target_layers", "first"),
+        depth_ratio=("depth_ratio", "first"), param_ratio=("param_ratio", "first"),
+        c_measured=("c_measured", "median"), c_measured_lo=("c_measured", "min"),
+        c_measured_hi=("c_measured", "max"), c_predicted=("c_predicted", "first"))
 
 
 def best_per_domain(drafts: pd.DataFrame) -> pd.DataFrame:

@@ -2,6 +2,7 @@
 # draft (which model it loads, which stage makes that model, what peers can run) goes to the draft-kind registry.
 import glob
 import itertools
+import os
 import re
 from pathlib import Path
 
@@ -245,8 +246,9 @@ def gguf_models():
 
 
 def llamacpp_exported_kinds():
-    """Draft kinds made from a model's first layers (truncated, distilled): exported to GGUF from their safetensors."""
-    return [name for name in config.get("draft_kinds", {}) if draft_spec(name)["kind"] in ("truncated", "distilled")]
+    """Drafts with a model directory of their own (truncated, distilled: made from a model's first layers), exported
+    to GGUF from their safetensors."""
+    return [name for name in config.get("draft_kinds", {}) if draft_kind(name).model == "own"]
 
 
 def llamacpp_drafts():
@@ -279,6 +281,7 @@ def llamacpp_run_files():
 
 
 def llamacpp_engine_files():
-    """The study's greedy decode runs of the llama.cpp drafts (our engine's tokens/s for scale), where they exist:
+    """Greedy decode runs of our engine, the study's and the draft sweep's, where they exist (tokens/s for scale):
     read if present, never scheduled by the llamacpp stage."""
-    return sorted(p for d in llamacpp_drafts() for p in glob.glob(f"{R}/runs/greedy/{d}/*/k*/seed0/sequences.parquet"))
+    return sorted(glob.glob(f"{R}/runs/greedy/*/*/k*/seed0/sequences.parquet")
+                  + glob.glob(f"{R}/sweep/runs/greedy/*/*/k*/seed0/sequences.parquet"))

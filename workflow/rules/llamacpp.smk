@@ -143,6 +143,7 @@ rule llamacpp_table:
         target=config["target"],
         models=lambda wc: list(llamacpp_gguf_inputs()),
         engine_files=lambda wc: llamacpp_engine_files(),
+        study_drafts=config["drafts"],
         model_specs=lambda wc: {n: config["models"].get(n) or draft_spec(n) for n in llamacpp_gguf_inputs()},
         settings=LLAMACPP,
         ks=llamacpp_k(),

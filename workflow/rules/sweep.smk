@@ -36,6 +36,8 @@ rule drafts_table:
         drafts=report(f"{R}/tables/drafts.csv", caption="../report/drafts.rst", category="Drafts"),
         best=f"{R}/tables/best_drafts.csv",
         plot=report(f"{R}/plots/drafts_vs_depth.png", caption="../report/drafts_vs_depth.rst", category="Drafts"),
+        machine_drafts=f"{MACHINE_DIR}/sweep_drafts_c.csv",
+        machine_cells=f"{MACHINE_DIR}/drafts.csv",
     params:
         target=config["target"],
         draft_specs={name: draft_spec(name) for name in dict.fromkeys([*config["drafts"], *sweep_drafts()])},
@@ -50,7 +52,24 @@ rule drafts_table:
         "../scripts/drafts_table.py"
 
 
+rule best_drafts_by_machine:
+    input:
+        current=f"{MACHINE_DIR}/drafts.csv",
+        others=[f"{d}/drafts.csv" for d in measured_machine_dirs() if os.path.exists(f"{d}/drafts.csv")],
+    output:
+        f"{R}/tables/best_drafts_by_machine.csv",
+    params:
+        target=config["target"],
+    conda:
+        SPECDEC_ENV
+    log:
+        f"{LOG}/report/best_drafts_by_machine.log",
+    script:
+        "../scripts/best_drafts_by_machine.py"
+
+
 rule sweep:
     input:
         sweep_run_files("sequences.parquet"),
         f"{R}/tables/drafts.csv",
+        f"{R}/tables/best_drafts_by_machine.csv",

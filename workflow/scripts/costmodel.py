@@ -33,6 +33,7 @@ from specdec.study.logs import log_to  # noqa: E402
 from specdec.study.prediction import (  # noqa: E402
     draft_shapes,
     drafts_table,
+    per_draft_costs,
     profiled_costmodel_table,
     roofline,
 )
@@ -103,16 +104,10 @@ def audit_plot(table: pd.DataFrame, tolerance: float, path) -> None:
 
 
 def machine_drafts(table: pd.DataFrame, specs: dict, shapes: dict, target_name: str, fit) -> pd.DataFrame:
-    """Per studied draft on this machine: its kind, depth and bytes ratios, c measured in the decode runs (median
-    and range over cells) and c the fit predicts (what the cross-machine verdict compares)."""
+    """Per studied draft on this machine: c measured in the decode runs and c the fit predicts."""
     target = shapes[target_name]
     predict_c = lambda shape: predict_draft_cost_ratio(fit, shape, target)  # noqa: E731
-    cells = drafts_table(table, specs, draft_shapes(specs, shapes, target_name), target, predict_c)
-    return cells.groupby(["draft", "kind"], as_index=False).agg(
-        draft_layers=("draft_layers", "first"), target_layers=("target_layers", "first"),
-        depth_ratio=("depth_ratio", "first"), param_ratio=("param_ratio", "first"),
-        c_measured=("c_measured", "median"), c_measured_lo=("c_measured", "min"),
-        c_measured_hi=("c_measured", "max"), c_predicted=("c_predicted", "first"))
+    return per_draft_costs(drafts_table(table, specs, draft_shapes(specs, shapes, target_name), target, predict_c))
 
 
 def main(snakemake):

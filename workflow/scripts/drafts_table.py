@@ -28,6 +28,7 @@ from specdec.study.prediction import (  # noqa: E402
     best_per_domain,
     draft_shapes,
     drafts_table,
+    per_draft_costs,
     profiled_costmodel_table,
 )
 
@@ -82,6 +83,8 @@ def main(snakemake):
             drafts = pd.concat([drafts, drafts_table(sweep, specs, by_draft, target, predict_c, run="sweep")],
                                ignore_index=True)
         write_csv(drafts, outputs.drafts)
+        write_csv(drafts, outputs.machine_cells)  # kept with the machine's fit: the cells measured there
+        write_csv(per_draft_costs(drafts), outputs.machine_drafts)  # this machine's c per draft, for `machines`
         write_csv(best_per_domain(drafts), outputs.best)
         drafts_plot(drafts, outputs.plot)
 

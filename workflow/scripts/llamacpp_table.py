@@ -65,8 +65,9 @@ def main(snakemake):
         prompt_ids = runs.groupby("domain")["prompt_id"].agg(set).to_dict()
         engine = engine_speeds(p.engine_files, prompt_ids)
         if engine.empty:
-            log.info("no study decode runs (runs/greedy/...) found: our engine's tokens/s are left NaN")
-        table = summarize(runs, costs, facts, p.target, engine, threads=int(p.threads))
+            log.info("no decode runs of our engine on these prompts ([sweep/]runs/greedy/...): its tokens/s are NaN")
+        table = summarize(runs, costs, facts, p.target, engine, threads=int(p.threads),
+                          engine_fallback=list(p.study_drafts))
         log.info("\n%s", table.to_string(index=False))
         log.info("\n%s", costs.to_string(index=False))
         write_csv(table, snakemake.output.table)

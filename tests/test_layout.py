@@ -1,0 +1,40 @@
+"""The shape the project promises: the engine reads on its own, and a draft kind is declared in one place."""
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+ENGINE = ["specdec.decode", "specdec.sampling", "specdec.lm", "specdec.drafts", "specdec.kernels", "specdec.loading",
+          "specdec.cli"]
+
+
+@pytest.mark.parametrize("module", ENGINE)
+def test_the_engine_imports_neither_pandas_nor_the_study(module):
+    code = (f"import sys, {module}; bad = sorted(m for m in sys.modules if m.split('.')[0] == 'pandas' "
+            "or m.startswith('specdec.study')); print(bad); sys.exit(1 if bad else 0)")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.returncode == 0, f"{module} pulls in {result.stdout.strip()} {result.stderr[-500:]}"
+
+
+def test_no_draft_kind_is_dispatched_on_its_name_outside_the_registry():
+    # A draft's kind is only ever looked up (get_kind). A line that tests something called kind against a draft kind's
+    # name is a dispatch the registry should answer. (The step records' `kind` column, prefill / block / target,
+    # is another thing.)
+    from specdec.drafts import kind_names
+
+    names = "|".join(kind_names())
+    pattern = re.compile(rf"""kind.*(==|!=|\bin\b).*["']({names})["']|["']({names})["'].*(==|!=|\bin\b).*kind""")
+    offenders = []
+    files = [*REPO.glob("specdec/**/*.py"), *REPO.glob("workflow/**/*.py"), *REPO.glob("workflow/**/*.smk"),
+             REPO / "Snakefile"]
+    for path in files:
+        if path.name == "registry.py":
+            continue
+        for number, line in enumerate(path.read_text().splitlines(), 1):
+            if pattern.search(line):
+                offenders.append(f"{path.relative_to(REPO)}:{number}: {line.strip()}")
+    assert offenders == []
