@@ -142,7 +142,7 @@ def build_tiny_study(root: Path, k: list[int] | None = None, drafts: int = 1) ->
         "reproduce": {"drafts": ["tiny-draft0"], "domains": ["code"], "k": [(k or [1, 3])[0]], "repeats": 2,
                       "prompts_per_domain": 1},
         "profiling": {"context_length": 16, "repeats": 3, "warmup": 1, "n_boot": 50, "audit_tolerance": 0.10,
-                      "extra_models": ["tiny-wide"]},
+                      "kernel_repeats": 1, "kernel_rows": max(k or [1, 3]) + 1, "extra_models": ["tiny-wide"]},
     }
     (root / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
     return config

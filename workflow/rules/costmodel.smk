@@ -9,7 +9,7 @@ rule time_linear_backends:
     output:
         f"{MACHINE_DIR}/kernels/{{profiled}}.csv",
     params:
-        rows=list(range(1, max(DECODING["k"]) + 2)),
+        rows=list(range(1, PROFILING.get("kernel_rows", 9) + 1)),
         repeats=PROFILING.get("kernel_repeats", 3),
     threads: THREADS
     resources:
