@@ -1,6 +1,8 @@
 """Unit tests of warping, the exact rejection step, the greedy step and their input checks."""
 
+import numpy as np
 import pytest
+import scipy.stats
 import torch
 
 from specdec.sampling import (
@@ -88,11 +90,20 @@ def test_speculative_step_returns_python_ints_and_keeps_token_when_p_dominates()
 
 
 def test_rejection_draws_from_the_residual():
-    # p puts no mass where q drafted, so the draft is always rejected and the residual is {2: 1}.
-    p = torch.tensor([[0.0, 0.0, 1.0], [1 / 3, 1 / 3, 1 / 3]])
-    q = torch.tensor([[1.0, 0.0, 0.0]])
-    for seed in range(20):
-        assert speculative_step(p, q, torch.tensor([0]), torch.Generator().manual_seed(seed)) == (0, 2)
+    # The residual differs from p: p = (0.5, 0.3, 0.2), q drafted token 0 with q = (0.9, 0.05, 0.05), so a rejection
+    # (probability 1 - 0.5/0.9) must be followed by normalise(max(0, p - q)) = (0, 0.625, 0.375), never token 0.
+    # Drawing from p instead would put about half of the ~890 rejected draws on token 0.
+    p = torch.tensor([[0.5, 0.3, 0.2], [1 / 3, 1 / 3, 1 / 3]], dtype=torch.float64)
+    q = torch.tensor([[0.9, 0.05, 0.05]], dtype=torch.float64)
+    after_rejection = []
+    for seed in range(2000):
+        n, token = speculative_step(p, q, torch.tensor([0]), torch.Generator().manual_seed(seed))
+        if n == 0:
+            after_rejection.append(token)
+    counts = np.bincount(after_rejection, minlength=3)
+    assert 800 < counts.sum() < 980  # rejections happen at 1 - 5/9 = 0.444
+    assert counts[0] == 0
+    assert scipy.stats.chisquare(counts[1:], counts.sum() * np.array([0.625, 0.375])).pvalue > 1e-3
 
 
 def test_degenerate_residual_falls_back_to_p_without_nan():
@@ -104,13 +115,17 @@ def test_degenerate_residual_falls_back_to_p_without_nan():
 
 
 def test_degenerate_residual_in_a_step_returns_a_valid_token():
-    # q = p exactly: acceptance is certain, but force the rejection branch through a token p rates below q by
-    # rounding only; whatever happens the answer must be a token with p > 0.
+    # q equals p but for rounding-level mass on token 2, which p forbids: drafting token 2 is always rejected (p = 0)
+    # and max(0, p - q) has no mass, so the step must fall back to p rather than return NaN or token 2.
     p = torch.tensor([[0.5, 0.5, 0.0], [0.5, 0.5, 0.0]], dtype=torch.float64)
-    q = torch.tensor([[0.5 + 1e-13, 0.5 - 1e-13, 0.0]], dtype=torch.float64)
+    q = torch.tensor([[0.5, 0.5, 1e-12]], dtype=torch.float64)
+    assert (p[0] - q[0]).clamp_min(0).sum() == 0  # the residual is degenerate
+    tokens = []
     for seed in range(50):
-        n, token = speculative_step(p, q, torch.tensor([0]), torch.Generator().manual_seed(seed))
-        assert token in (0, 1)
+        n, token = speculative_step(p, q, torch.tensor([2]), torch.Generator().manual_seed(seed))
+        assert n == 0  # the rejection branch, every time
+        tokens.append(token)
+    assert set(tokens) == {0, 1}  # drawn from p: both of its tokens, never the forbidden one
 
 
 def test_greedy_step_accepts_matching_prefix_then_emits_target_argmax():
