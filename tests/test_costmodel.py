@@ -189,14 +189,14 @@ def hand_steps() -> tuple[pd.DataFrame, pd.DataFrame]:
     (3 x 0.05 s); catch-up (2 tokens, 0.07 s) with drafted = 1, so no one-token call."""
     job = dict(setting="greedy", draft="d", domain="code", k=3, seed=0, temperature=0.0, repeat=0)
     cols = ["method", "kind", "drafted", "accepted", "emitted", "positions", "draft_seconds", "catchup_seconds",
-            "catchup_tokens", "verify_seconds"]
-    spec = [("speculative", "prefill", 0, 0, 1, 1, 0.5, 0.0, 0, 1.2),
-            ("speculative", "block", 3, 3, 4, 4, 0.09, 0.0, 0, 0.20),
-            ("speculative", "block", 3, 1, 2, 4, 0.08, 0.05, 2, 0.22),
-            ("speculative", "block", 3, 3, 4, 4, 0.15, 0.0, 0, 0.24),
-            ("speculative", "block", 1, 0, 1, 2, 0.0, 0.07, 2, 0.15)]
-    base = [("baseline", "prefill", 0, 0, 1, 1, 0.0, 0.0, 0, 1.0)]
-    base += [("baseline", "target", 0, 0, 1, 1, 0.0, 0.0, 0, t) for t in [0.11] * 5 + [0.10] * 3 + [0.12] * 3]
+            "catchup_tokens", "verify_seconds", "decide_seconds"]
+    spec = [("speculative", "prefill", 0, 0, 1, 1, 0.5, 0.0, 0, 1.2, 0.0),
+            ("speculative", "block", 3, 3, 4, 4, 0.09, 0.0, 0, 0.20, 0.01),
+            ("speculative", "block", 3, 1, 2, 4, 0.08, 0.05, 2, 0.22, 0.01),
+            ("speculative", "block", 3, 3, 4, 4, 0.15, 0.0, 0, 0.24, 0.01),
+            ("speculative", "block", 1, 0, 1, 2, 0.0, 0.07, 2, 0.15, 0.01)]
+    base = [("baseline", "prefill", 0, 0, 1, 1, 0.0, 0.0, 0, 1.0, 0.0)]
+    base += [("baseline", "target", 0, 0, 1, 1, 0.0, 0.0, 0, t, 0.0) for t in [0.11] * 5 + [0.10] * 3 + [0.12] * 3]
     steps = pd.concat([pd.DataFrame(spec + base, columns=cols).assign(prompt_id=p, **job) for p in ("p0", "p1")])
     totals = {"p0": (2.4, 2.0), "p1": (2.6, 2.5)}
     sequences = pd.DataFrame(
@@ -314,6 +314,9 @@ def test_profiled_costmodel_table_by_hand():
     assert profiled_costmodel_table(profiles, steps, sequences, "t", bf16).iloc[0]["c"] == pytest.approx(0.04 / 0.10)
     assert profiled_costmodel_table(profiles, steps, sequences, "t", bf16, profiled_dtype="bfloat16").iloc[0][
         "c"] == pytest.approx(0.2)
+    # The decoding phase alone (prompt passes left out): the baseline's 11 steps (1.21 s) over the blocks' draft,
+    # catch-up, verify and decide seconds (1.25 + 4 x 0.01 s).
+    assert lookup["measured_decode_speedup"] == pytest.approx(1.21 / 1.29)
 
 
 def test_drafts_table_shapes_by_kind_and_dtype():

@@ -263,7 +263,7 @@ def test_toy_kind_runs_through_the_workflow(tmp_path):
 
     config = build_tiny_study(tmp_path, k=[2])
     config.update(drafts=["toy"], draft_kinds={"toy": {"kind": "repeat_last", "times": 2}},
-                  plugins=[Path(__file__).stem])
+                  plugins=[Path(__file__).stem], domains={"code": config["domains"]["code"]})
     for stage in ("distribution_check", "peers", "reproduce", "distillation"):
         config.pop(stage)
     config["decoding"]["sampled"]["seeds"] = [0]

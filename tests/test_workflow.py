@@ -17,7 +17,10 @@ import yaml
 from specdec.study.config import ConfigError, validate_config
 from specdec.testing import build_tiny_study
 
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("workflow")]
+# Tests on the shared tiny study run on one xdist worker (ON_TINY_STUDY, so its module fixture is built once); the
+# others, each with a workdir of its own, spread over the workers.
+pytestmark = pytest.mark.slow
+ON_TINY_STUDY = pytest.mark.xdist_group("tiny-study")
 
 REPO = Path(__file__).resolve().parents[1]
 SCHEMA = REPO / "workflow/schemas/config.schema.yaml"
@@ -92,6 +95,7 @@ def tiny_study(tmp_path_factory):
     return root, config
 
 
+@ON_TINY_STUDY
 def test_whole_dag_produces_the_tables_plots_and_provenance(tiny_study):
     root, config = tiny_study
     identity = pd.read_csv(root / "results/tables/greedy_identity.csv")
@@ -177,6 +181,7 @@ def test_whole_dag_produces_the_tables_plots_and_provenance(tiny_study):
     assert not (root / "resources/models/lookup").exists()  # prompt lookup and early exit load no model of their own
 
 
+@ON_TINY_STUDY
 def test_report_collects_tables_and_plots(tiny_study):
     root, _ = tiny_study
     result = snakemake(root, "--cores", "1", "--report", str(root / "report.html"))
@@ -186,6 +191,7 @@ def test_report_collects_tables_and_plots(tiny_study):
         assert item in html, item
 
 
+@ON_TINY_STUDY
 def test_reproduce_target_reruns_and_matches(tiny_study):
     root, config = tiny_study
     result = snakemake(root, *TWO_JOBS_AT_A_TIME, "--", "reproduce")  # "--": --set-threads takes a list
@@ -199,6 +205,7 @@ def test_reproduce_target_reruns_and_matches(tiny_study):
     assert len(row["speedup_by_repeat"].split()) == 2
 
 
+@ON_TINY_STUDY
 def test_complete_run_has_nothing_to_do(tiny_study):
     root, _ = tiny_study
     result = snakemake(root, "--dry-run", "--cores", "1")
@@ -206,6 +213,7 @@ def test_complete_run_has_nothing_to_do(tiny_study):
     assert job_counts(result.stdout) == {}, result.stdout[-3000:]
 
 
+@ON_TINY_STUDY
 def test_adding_a_k_schedules_only_its_jobs(tiny_study):
     root, config = tiny_study
     more = copy.deepcopy(config)
@@ -218,6 +226,7 @@ def test_adding_a_k_schedules_only_its_jobs(tiny_study):
     assert all("k=3" in b for b in _job_blocks(result.stdout, "decode"))
 
 
+@ON_TINY_STUDY
 def test_adding_a_draft_schedules_only_its_jobs(tiny_study):
     root, config = tiny_study
     more = copy.deepcopy(config)
@@ -232,6 +241,7 @@ def test_adding_a_draft_schedules_only_its_jobs(tiny_study):
     assert all("draft=tiny-draft1" in b for b in _job_blocks(result.stdout, "decode"))
 
 
+@ON_TINY_STUDY
 def test_adding_a_draft_to_the_sweep_schedules_one_job_per_domain(tiny_study):
     root, config = tiny_study
     more = copy.deepcopy(config)
@@ -291,6 +301,7 @@ def test_invalid_config_is_refused_naming_the_key(tmp_path, mutate, message):
     (lambda c: c["decoding"].update(kk=[1]), "'kk' was unexpected"),
     (lambda c: c.update(drafts=["no-such-model"]), "config key 'drafts': 'no-such-model'"),
 ], ids=["misspelled key", "unknown draft"])
+@ON_TINY_STUDY
 def test_snakemake_stops_on_an_invalid_config_before_any_job(tiny_study, tmp_path, mutate, message):
     root, config = tiny_study
     bad = copy.deepcopy(config)
@@ -338,6 +349,7 @@ def test_cuda_device_requests_a_gpu_for_decode_jobs(fresh_study, tmp_path):
 
 
 
+@ON_TINY_STUDY
 def test_adding_a_draft_kind_schedules_exactly_its_jobs(tiny_study, tmp_path):
     root, config = tiny_study
     more = copy.deepcopy(config)
@@ -405,12 +417,13 @@ def _finished_outputs(root: Path) -> dict[Path, float]:
     return {p: p.stat().st_mtime for p in files if str(p.relative_to(root)) not in scheduled}
 
 
+@ON_TINY_STUDY
 def test_interrupted_runs_resume_without_loss(tiny_study, tmp_path):
     # The decode stage is what gets interrupted; the stages after the study table are left out to keep this short.
     config = tiny_config(tmp_path)
     for stage in ("distribution_check", "profiling", "peers", "reproduce", "distillation"):
         config.pop(stage)
-    config["drafts"] = [d for d in config["drafts"] if d != "dist1"]
+    config["drafts"] = ["tiny-draft0", "lookup"]  # two drafts: four decode jobs, enough for two interruptions
     write_config(tmp_path / "config.yaml", config)
     reference = pd.read_csv(tiny_study[0] / "results/tables/study.csv")
     reference = reference[reference["draft"].isin(config["drafts"])].reset_index(drop=True)[DETERMINISTIC]
