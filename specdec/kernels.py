@@ -161,6 +161,20 @@ def use_backends(model: nn.Module, backend: str = "linear",
                             if linear.weight.dtype == torch.float32 else None)
 
 
+def backend_spans(tables: Mapping[str, Mapping[int, str]]) -> dict[str, dict[str, str]]:
+    """`fastest_backends` tables written compactly, per shape runs of row counts: {"1-3": "avx2", "4": "linear"}."""
+    spans_by_shape = {}
+    for shape, table in tables.items():
+        spans: list[list] = []  # [first rows, last rows, backend]
+        for rows, backend in sorted(table.items()):
+            if spans and spans[-1][2] == backend and spans[-1][1] == rows - 1:
+                spans[-1][1] = rows
+            else:
+                spans.append([rows, rows, backend])
+        spans_by_shape[shape] = {(str(a) if a == b else f"{a}-{b}"): name for a, b, name in spans}
+    return spans_by_shape
+
+
 def linear_backends(model: nn.Module, rows: int) -> str:
     """The backends the model's linear layers use for a product of `rows` rows, e.g. "avx2" or "avx2+linear"."""
     used = {m.backend_for(rows) for m in model.modules() if hasattr(m, "backend_for")}

@@ -6,6 +6,7 @@ from torch import nn
 
 from specdec.kernels import (
     RowAdaptiveBf16Linear,
+    backend_spans,
     default_linear,
     use_row_adaptive_bf16_linear,
 )
@@ -95,3 +96,8 @@ def test_a_backend_this_machine_lacks_is_refused():
         pytest.skip("this machine has the avx2 backend")
     with pytest.raises(RuntimeError, match="not available"):
         BackendLinear(nn.Linear(4, 4), "avx2")
+
+
+def test_backend_spans_group_consecutive_row_counts():
+    tables = {"8x4": {1: "avx2", 2: "avx2", 3: "linear", 4: "avx2", 5: "avx2"}, "4x4": {1: "linear"}}
+    assert backend_spans(tables) == {"8x4": {"1-2": "avx2", "3": "linear", "4-5": "avx2"}, "4x4": {"1": "linear"}}

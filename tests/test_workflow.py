@@ -121,6 +121,10 @@ def test_whole_dag_produces_the_tables_plots_and_provenance(tiny_study):
     assert {"date", "machine", "packages", "models", "wall_time", "config"} <= set(provenance)
     assert provenance["wall_time"]["decode_jobs"] == 2 * len(config["drafts"])
     assert set(provenance["models"]) == {"tiny-target", "tiny-draft0", "trunc1", "dist1"}
+    # runtime.linear_kernel auto: the backend chosen per model, weight shape and span of row counts
+    assert set(provenance["linear_backends"]) == set(provenance["models"])
+    assert all(set(spans.values()) <= {"linear", "weight_major", "avx2"}
+               for shapes in provenance["linear_backends"].values() for spans in shapes.values())
     assert len(pd.read_csv(root / "results/distill/dist1/loss.csv")) == 3
     training = pd.read_parquet(root / "results/prompts/train.parquet")
     evaluation = pd.read_parquet(root / "results/prompts/code.parquet")

@@ -14,6 +14,7 @@ from pathlib import Path
 import pandas as pd
 import yaml
 
+from specdec.kernels import backend_spans, fastest_backends
 from specdec.study.io import write_text
 from specdec.study.logs import log_to
 from specdec.study.machine import machine_record
@@ -43,7 +44,13 @@ def job_times(benchmark_files) -> dict:
             "decode_last_end": datetime.datetime.fromtimestamp(max(mtimes), datetime.UTC).isoformat()}
 
 
-def provenance(config, model_dirs, benchmark_files, threads: int) -> dict:
+def chosen_backends(kernel_tables) -> dict:
+    """Per model (its kernel table's name) and weight shape, the backend each span of row counts runs on."""
+    return {Path(path).stem: backend_spans(fastest_backends(pd.read_csv(path).to_dict("records")))
+            for path in kernel_tables}
+
+
+def provenance(config, model_dirs, benchmark_files, threads: int, kernel_tables=()) -> dict:
     return {
         "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "machine": machine_record(threads),
@@ -53,6 +60,8 @@ def provenance(config, model_dirs, benchmark_files, threads: int) -> dict:
                                            "parameter_count", "gguf_sha256", "safetensors_sha256")}
                    for d in model_dirs},
         "wall_time": job_times(benchmark_files),
+        # runtime.linear_kernel auto: the backend every product ran on (more rows than timed: weight_major)
+        "linear_backends": chosen_backends(kernel_tables),
         "config": config,
     }
 
@@ -60,7 +69,7 @@ def provenance(config, model_dirs, benchmark_files, threads: int) -> dict:
 def main(snakemake):
     with log_to(snakemake.log[0]):
         record = provenance(dict(snakemake.params.config), snakemake.input.models, snakemake.input.benchmarks,
-                            int(snakemake.params.threads))
+                            int(snakemake.params.threads), snakemake.input.kernels)
         write_text(yaml.safe_dump(record, sort_keys=False), snakemake.output[0])
 
 
