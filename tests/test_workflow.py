@@ -369,6 +369,26 @@ def test_adding_a_draft_kind_schedules_exactly_its_jobs(tiny_study, tmp_path):
     assert all("draft=trunc2" in b for b in decode_blocks)
 
 
+@ON_TINY_STUDY
+def test_a_second_machine_adds_its_own_profiles_and_fit_and_overwrites_nothing(tiny_study):
+    root, _ = tiny_study
+    first = [p for p in (root / "results/machines").iterdir()]
+    assert len(first) == 1  # the machine the tiny study ran on
+    result = snakemake(root, "--dry-run", "--cores", "1", "--", "results/tables/machines.csv",
+                       env={"SPECDEC_MACHINE": "second-fake-machine"})
+    assert result.returncode == 0, result.stderr[-3000:]
+    counts = job_counts(result.stdout)
+    for rule in ("time_linear_backends", "profile_model", "measure_bandwidth", "costmodel", "machines"):
+        assert counts.get(rule), (rule, counts)
+    outputs = [out.strip() for line in result.stdout.splitlines() if line.strip().startswith("output:")
+               for out in line.split(":", 1)[1].split(",")]
+    machine_outputs = [o for o in outputs if o.startswith("results/machines/")]
+    assert machine_outputs and all(o.startswith("results/machines/second-fake-machine/") for o in machine_outputs)
+    # the fit of every machine feeds the one verdict: the first machine's is an input of the machines table
+    machines_job = _job_blocks(result.stdout, "machines")[0]
+    assert f"{first[0].relative_to(root)}/auto/costmodel_terms.csv" in machines_job
+
+
 # --- interruption: kill the workflow in the middle of its decoding jobs, rerun, lose nothing ----------------------
 DETERMINISTIC = ["draft", "domain", "k", "temperature", "acceptance", "tokens_per_pass", "n_prompts", "n_repeats"]
 
@@ -427,7 +447,7 @@ def test_interrupted_runs_resume_without_loss(tiny_study, tmp_path):
     config = tiny_config(tmp_path)
     for stage in ("distribution_check", "profiling", "peers", "reproduce", "distillation"):
         config.pop(stage)
-    config["drafts"] = ["tiny-draft0", "lookup"]  # two drafts: four decode jobs, enough for two interruptions
+    config["drafts"] = ["lookup"]  # no draft model to prepare; two decode jobs (greedy, sampled): one per interruption
     write_config(tmp_path / "config.yaml", config)
     reference = pd.read_csv(tiny_study[0] / "results/tables/study.csv")
     reference = reference[reference["draft"].isin(config["drafts"])].reset_index(drop=True)[DETERMINISTIC]

@@ -154,7 +154,8 @@ def profiled_models(drafts):
 
 
 # Profiles and fits are kept per machine and engine kernel: a run on another machine adds its own directory.
-MACHINE = machine_id(threads=THREADS)
+# SPECDEC_MACHINE names the machine instead (e.g. a cluster's node type, or a test's second machine).
+MACHINE = os.environ.get("SPECDEC_MACHINE") or machine_id(threads=THREADS)
 MACHINE_DIR = f"{R}/machines/{MACHINE}/{RUNTIME['linear_kernel']}"
 
 
