@@ -475,7 +475,7 @@ def test_ctrl_c_stops_a_running_job_with_one_line(tmp_path):
     config = tiny_config(tmp_path)
     for stage in ("distribution_check", "profiling", "peers", "reproduce", "distillation", "draft_sweep"):
         config.pop(stage)
-    config["drafts"], config["decoding"]["max_new_tokens"] = ["tiny-draft0"], 400  # a job that runs for a while
+    config["drafts"], config["decoding"]["max_new_tokens"] = ["lookup"], 400  # no draft model to prepare; a long job
     write_config(tmp_path / "config.yaml", config)
     proc, log = _start(tmp_path)
     deadline = time.time() + 600
