@@ -55,3 +55,12 @@ def write_csv(df: pd.DataFrame, path: str | os.PathLike) -> None:
 def write_text(text: str, path: str | os.PathLike) -> None:
     with atomic_path(path) as tmp:
         tmp.write_text(text)
+
+
+def write_figure(fig, path: str | os.PathLike) -> None:
+    """Save a matplotlib figure as PNG (atomically, like every other output) and close it."""
+    import matplotlib.pyplot as plt
+
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, dpi=120, format="png")
+    plt.close(fig)

@@ -28,7 +28,7 @@ from specdec.study.costmodel import (  # noqa: E402
     predict_draft_cost_ratio,
     profiled_shapes,
 )
-from specdec.study.io import atomic_path, read_parquets, write_csv, write_text  # noqa: E402
+from specdec.study.io import read_parquets, write_csv, write_figure, write_text  # noqa: E402
 from specdec.study.logs import log_to  # noqa: E402
 from specdec.study.prediction import (  # noqa: E402
     draft_shapes,
@@ -80,9 +80,7 @@ def layer_time_plot(profiles: pd.DataFrame, path) -> None:
     ax.set_ylabel("median seconds per decoder layer (ms)")
     ax.set_title("per-layer time vs layer width, one point per layer")
     fig.tight_layout()
-    with atomic_path(path) as tmp:
-        fig.savefig(tmp, dpi=120, format="png")
-    plt.close(fig)
+    write_figure(fig, path)
 
 
 def audit_plot(table: pd.DataFrame, tolerance: float, path) -> None:
@@ -98,9 +96,7 @@ def audit_plot(table: pd.DataFrame, tolerance: float, path) -> None:
     ax.set_ylabel("predicted speedup (profiled costs, measured acceptance)")
     ax.legend(fontsize=7, loc="upper left")
     fig.tight_layout()
-    with atomic_path(path) as tmp:
-        fig.savefig(tmp, dpi=120, format="png")
-    plt.close(fig)
+    write_figure(fig, path)
 
 
 def machine_drafts(table: pd.DataFrame, specs: dict, shapes: dict, target_name: str, fit) -> pd.DataFrame:

@@ -22,7 +22,7 @@ from specdec.study.costmodel import (  # noqa: E402
     predict_draft_cost_ratio,
     profiled_shapes,
 )
-from specdec.study.io import atomic_path, read_parquets, write_csv  # noqa: E402
+from specdec.study.io import read_parquets, write_csv, write_figure  # noqa: E402
 from specdec.study.logs import log_to  # noqa: E402
 from specdec.study.prediction import (  # noqa: E402
     best_per_domain,
@@ -57,9 +57,7 @@ def drafts_plot(drafts: pd.DataFrame, path) -> None:
         axes[1, col].set_ylabel("c (draft step / target step)")
         axes[1, col].legend(fontsize=7)
     fig.tight_layout()
-    with atomic_path(path) as tmp:
-        fig.savefig(tmp, dpi=120, format="png")
-    plt.close(fig)
+    write_figure(fig, path)
 
 
 def main(snakemake):

@@ -17,7 +17,7 @@ import matplotlib.pyplot as plt
 import pandas as pd
 import yaml
 
-from specdec.study.io import atomic_path, read_parquets, write_csv, write_text
+from specdec.study.io import read_parquets, write_csv, write_figure, write_text
 from specdec.study.llamacpp import engine_speeds, gguf_facts, read_build_manifest, step_costs, summarize
 from specdec.study.logs import log_to
 from specdec.study.machine import machine_record
@@ -44,9 +44,7 @@ def plot(table: pd.DataFrame, path) -> None:
         ax.set_xscale("log", base=2)
         ax.legend(fontsize=8)
     fig.tight_layout()
-    with atomic_path(path) as tmp:
-        fig.savefig(tmp, dpi=120, format="png")
-    plt.close(fig)
+    write_figure(fig, path)
 
 
 def main(snakemake):

@@ -16,7 +16,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 
-from specdec.study.io import atomic_path, write_csv, write_text  # noqa: E402
+from specdec.study.io import write_csv, write_figure, write_text  # noqa: E402
 from specdec.study.logs import log_to  # noqa: E402
 from specdec.study.machines import MachineFit, machines_tables, verdict_text  # noqa: E402
 
@@ -41,9 +41,7 @@ def machines_plot(drafts: pd.DataFrame, machines: pd.DataFrame, path) -> None:
     axes[1].set_ylabel("c measured (draft step / target step)")
     axes[1].legend(fontsize=6)
     fig.tight_layout()
-    with atomic_path(path) as tmp:
-        fig.savefig(tmp, dpi=120, format="png")
-    plt.close(fig)
+    write_figure(fig, path)
 
 
 def main(snakemake):
