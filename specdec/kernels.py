@@ -73,8 +73,7 @@ class BackendLinear(nn.Module):
         # Row counts the table leaves out take the choice of the nearest one below it (or `backend`).
         self.table, choice = {}, backend
         for rows in range(1, MAX_TABLE_ROWS + 1):
-            choice = (table or {}).get(rows, choice if table else backend)
-            self.table[rows] = choice
+            choice = self.table[rows] = (table or {}).get(rows, choice)
         # Products of more rows (a prompt pass) are compute-bound: W @ xᵀ runs them at 1.1-1.8x F.linear's speed on
         # this project's AMD machines (docs/performance.md); plain F.linear stays where it was asked for.
         self.beyond = "linear" if backend == "linear" and not table else "weight_major"

@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from .costmodel import TERMS, ModelShape, _step_parts
+from .costmodel import TERMS, ModelShape, _step_parts, predicted_speedup
 
 MACHINE_COLUMNS = ["machine", "kernel", "source", "per_layer_overhead_ms", "per_layer_overhead_ms_lo",
                    "per_layer_overhead_ms_hi", "bandwidth_eff_gb_s", "bandwidth_eff_gb_s_lo", "bandwidth_eff_gb_s_hi",
@@ -172,7 +172,8 @@ def predicted_cells(fit: MachineFit, verify: pd.DataFrame, target_model: str, ce
         v = float(target_verify.get(int(r.k) + 1, float("nan")))
         rows.append({"machine": fit.machine, "kernel": fit.kernel, "draft": r.draft, "domain": r.domain,
                      "k": int(r.k), "tokens_per_pass": r.tokens_per_pass, "c": c, "verify_cost": v,
-                     "predicted_speedup": r.tokens_per_pass / (int(r.k) * c + v)})
+                     # costs in units of one target step: t_target_1 = 1, t_draft = c, no catch-up call
+                     "predicted_speedup": predicted_speedup(r.tokens_per_pass, 1.0, c, v, 0.0, 0.0, k=int(r.k))})
     return pd.DataFrame(rows)
 
 

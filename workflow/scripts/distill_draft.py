@@ -17,7 +17,7 @@ import torch  # noqa: E402
 
 from specdec.loading import load_model, read_manifest  # noqa: E402
 from specdec.study.distill import DistillSettings, distill, load_teacher_data  # noqa: E402
-from specdec.study.io import atomic_path, write_csv  # noqa: E402
+from specdec.study.io import write_csv, write_figure  # noqa: E402
 from specdec.study.logs import log_to  # noqa: E402
 from specdec.study.models import save_prepared  # noqa: E402
 
@@ -40,9 +40,7 @@ def main(snakemake):
         ax.set_ylabel("KL(target || draft), top-k")
         ax.set_title(f"distillation of {snakemake.wildcards.distilled}")
         fig.tight_layout()
-        with atomic_path(snakemake.output.plot) as tmp:
-            fig.savefig(tmp, dpi=120, format="png")
-        plt.close(fig)
+        write_figure(fig, snakemake.output.plot)
         init = read_manifest(snakemake.input.init)
         source = {"source": "distilled", "from": str(snakemake.input.init), "from_source": init.get("source"),
                   "settings": snakemake.params.settings, "final_loss": float(curve["loss"].iloc[-1]),

@@ -12,6 +12,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 
+from specdec.study.io import write_figure  # noqa: E402
 from specdec.study.logs import log_to  # noqa: E402
 
 
@@ -24,8 +25,7 @@ def acceptance_heatmap(table: pd.DataFrame, path) -> None:
         sns.heatmap(grid, annot=True, fmt=".2f", vmin=0, vmax=1, cmap="viridis", ax=ax)
         ax.set_title(f"acceptance, greedy\ndraft {draft}")
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    write_figure(fig, path)
 
 
 def speedup_vs_k(table: pd.DataFrame, path) -> None:
@@ -45,8 +45,7 @@ def speedup_vs_k(table: pd.DataFrame, path) -> None:
         ax.set_xlabel("k (draft tokens per block)")
         ax.set_ylabel("wall speedup (baseline s / speculative s)")
     grid.add_legend()
-    grid.figure.savefig(path, dpi=120)
-    plt.close(grid.figure)
+    write_figure(grid.figure, path)
 
 
 def main(snakemake):

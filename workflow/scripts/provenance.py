@@ -14,8 +14,9 @@ from pathlib import Path
 import pandas as pd
 import yaml
 
-from specdec.kernels import backend_spans, fastest_backends
+from specdec.kernels import backend_spans
 from specdec.study.io import write_text
+from specdec.study.jobs import read_backend_tables
 from specdec.study.logs import log_to
 from specdec.study.machine import machine_record
 
@@ -46,8 +47,7 @@ def job_times(benchmark_files) -> dict:
 
 def chosen_backends(kernel_tables) -> dict:
     """Per model (its kernel table's name) and weight shape, the backend each span of row counts runs on."""
-    return {Path(path).stem: backend_spans(fastest_backends(pd.read_csv(path).to_dict("records")))
-            for path in kernel_tables}
+    return {Path(path).stem: backend_spans(read_backend_tables(path)) for path in kernel_tables}
 
 
 def provenance(config, model_dirs, benchmark_files, threads: int, kernel_tables=()) -> dict:
