@@ -1,14 +1,20 @@
-/* A batch-1 decoding linear layer for x86 CPUs with AVX2 + FMA: y[m][n] = sum_k x[m][k] * w[n][k] (+ b[n]) for
- * the few rows m a decoding step or a verify pass has (1 .. ~16), fp32, row-major, weights as stored (no copy).
+/* Batch-1 decoding linear layers for x86 CPUs with AVX2 + FMA: y[m][n] = sum_k x[m][k] * w[n][k] (+ b[n]) for the
+ * few rows m a decoding step or a verify pass has (1 .. ~16); x, b and y fp32, row-major; the weights as stored (no
+ * copy), either fp32 (`linear`) or bfloat16 (`linear_bf16`: each weight widened to fp32 in registers, so a bf16
+ * model reads half the bytes without a CPU that has bf16 arithmetic).
  *
  * Why: at batch 1 a linear layer is memory-bound; BLAS libraries read the weights near bandwidth for one row but fall
  * to a third of it for 2-9 rows (they tile for large matrices), so a verify pass over k + 1 positions costs several
  * one-token steps. Here every weight is read from memory once whatever m is: output rows are taken four at a time,
- * and the inputs three at a time (12 accumulators in registers); the 4 x K weight block read by the first input
- * chunk is still in L2 for the next ones. Threads split the output rows (OpenMP, the runtime torch uses).
+ * and the inputs three at a time (12 accumulators in registers). With more than three inputs the block is walked in
+ * K tiles, every input chunk per tile, so that the tile is still in L1 for the second and third chunk and the memory
+ * stream (prefetched a kilobyte ahead by the first chunk) never waits for a whole block's extra passes: 3-8% less
+ * time than whole-block passes for 5-9 rows (docs/performance.md). Threads split the output rows (OpenMP, the
+ * runtime torch uses).
  *
  * Exactness is not at stake: this computes the same product as torch in another summation order (differences in
- * the last bits; the study's greedy check diagnoses near-ties, see docs/method.md).
+ * the last bits; the study's greedy check diagnoses near-ties, see docs/method.md). A draft's q is whatever the draft
+ * computes, so its bf16 products may differ from torch's bf16 ones too.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -19,8 +25,10 @@
 #define SPECDEC_X86 1
 #endif
 
-#define ROWS 4   /* output rows per block */
-#define INS 3    /* input rows per chunk: ROWS x INS accumulators */
+#define ROWS 4        /* output rows per block */
+#define INS 3         /* input rows per chunk: ROWS x INS accumulators */
+#define MAX_CHUNKS 6  /* inputs per pass over the weights: up to MAX_CHUNKS * INS; more take another pass */
+#define TILE 128      /* K elements per tile when a block has several input chunks */
 
 #ifdef SPECDEC_X86
 __attribute__((target("avx2,fma"))) static inline float hsum(__m256 v) {
@@ -31,52 +39,90 @@ __attribute__((target("avx2,fma"))) static inline float hsum(__m256 v) {
     return _mm_cvtss_f32(lo);
 }
 
-/* One block: rows r0 .. r0 + nr - 1 (nr <= ROWS) against inputs i0 .. i0 + ni - 1 (ni <= INS). */
-__attribute__((target("avx2,fma"))) static void block(const float *w, const float *x, float *y, int64_t K,
-                                                     int64_t N, int64_t r0, int nr, int64_t i0, int ni) {
-    __m256 acc[ROWS][INS];
-    for (int r = 0; r < ROWS; r++)
-        for (int i = 0; i < INS; i++) acc[r][i] = _mm256_setzero_ps();
-    const float *wr[ROWS], *xi[INS];
-    for (int r = 0; r < ROWS; r++) wr[r] = w + (r0 + (r < nr ? r : 0)) * K;
-    for (int i = 0; i < INS; i++) xi[i] = x + (i0 + (i < ni ? i : 0)) * K;
-    int64_t k = 0;
-    for (; k + 8 <= K; k += 8) {
-        __m256 xv[INS];
-        for (int i = 0; i < INS; i++) xv[i] = _mm256_loadu_ps(xi[i] + k);
-        for (int r = 0; r < ROWS; r++) {
-            _mm_prefetch((const char *)(wr[r] + k + 128), _MM_HINT_T0);
-            __m256 wv = _mm256_loadu_ps(wr[r] + k);
-            for (int i = 0; i < INS; i++) acc[r][i] = _mm256_fmadd_ps(wv, xv[i], acc[r][i]);
-        }
-    }
-    for (int r = 0; r < nr; r++)
-        for (int i = 0; i < ni; i++) {
-            float s = hsum(acc[r][i]);
-            for (int64_t t = k; t < K; t++) s += wr[r][t] * xi[i][t];
-            y[(i0 + i) * N + r0 + r] = s;
-        }
+/* Eight weights as fp32, and one weight as a float, for each stored weight type. */
+__attribute__((target("avx2,fma"))) static inline __m256 load8_f32(const float *p) { return _mm256_loadu_ps(p); }
+__attribute__((target("avx2,fma"))) static inline __m256 load8_bf16(const uint16_t *p) {
+    __m256i wide = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(wide, 16)); /* bf16 is the top half of an fp32 */
+}
+static inline float value_f32(const float *p) { return *p; }
+static inline float value_bf16(const uint16_t *p) {
+    union { uint32_t u; float f; } v = {.u = (uint32_t)*p << 16};
+    return v.f;
 }
 
-static void linear_avx2(const float *w, const float *x, const float *b, float *y, int64_t N, int64_t K,
-                        int64_t M, int threads) {
-    int64_t blocks = (N + ROWS - 1) / ROWS;
-#pragma omp parallel for num_threads(threads) schedule(static)
-    for (int64_t blk = 0; blk < blocks; blk++) {
-        int64_t r0 = blk * ROWS;
-        int nr = (int)(N - r0 < ROWS ? N - r0 : ROWS);
-        /* inputs in ceil(M / INS) chunks of near-equal size: 4 = 2 + 2, not 3 + 1 */
-        int64_t chunks = (M + INS - 1) / INS;
-        for (int64_t c = 0, i0 = 0; c < chunks; c++) {
-            int ni = (int)((M - i0 + (chunks - c) - 1) / (chunks - c));
-            block(w, x, y, K, N, r0, nr, i0, ni);
-            i0 += ni;
-        }
-        if (b)
-            for (int64_t i = 0; i < M; i++)
-                for (int r = 0; r < nr; r++) y[i * N + r0 + r] += b[r0 + r];
+/* One block: output rows r0 .. r0 + nr - 1 (nr <= ROWS) against inputs i0 .. i0 + m - 1 (m <= MAX_CHUNKS * INS),
+ * split into near-equal chunks of at most INS (4 = 2 + 2, not 3 + 1). One chunk walks K once, prefetching 512
+ * bytes ahead; several walk it tile by tile, the first chunk prefetching a kilobyte ahead. */
+#define DEFINE_BLOCK(SUFFIX, WT)                                                                                     \
+    __attribute__((target("avx2,fma"))) static void block_##SUFFIX(const WT *w, const float *x, float *y,           \
+                                                                   int64_t K, int64_t N, int64_t r0, int nr,         \
+                                                                   int64_t i0, int m) {                              \
+        int chunks = (m + INS - 1) / INS, first[MAX_CHUNKS], count[MAX_CHUNKS];                                      \
+        for (int c = 0, at = 0; c < chunks; c++) {                                                                   \
+            count[c] = (m - at + (chunks - c) - 1) / (chunks - c);                                                   \
+            first[c] = at;                                                                                           \
+            at += count[c];                                                                                          \
+        }                                                                                                            \
+        __m256 sums[MAX_CHUNKS][ROWS][INS];                                                                          \
+        for (int c = 0; c < chunks; c++)                                                                             \
+            for (int r = 0; r < ROWS; r++)                                                                           \
+                for (int i = 0; i < INS; i++) sums[c][r][i] = _mm256_setzero_ps();                                   \
+        const WT *wr[ROWS];                                                                                          \
+        for (int r = 0; r < ROWS; r++) wr[r] = w + (r0 + (r < nr ? r : 0)) * K;                                      \
+        const int64_t K8 = K & ~(int64_t)7, span = chunks == 1 ? K8 : TILE;                                          \
+        const int64_t ahead = (chunks == 1 ? 512 : 1024) / (int64_t)sizeof(WT);                                                                  \
+        for (int64_t kt = 0; kt < K8; kt += span) {                                                                  \
+            const int64_t ke = kt + span < K8 ? kt + span : K8;                                                      \
+            for (int c = 0; c < chunks; c++) {                                                                       \
+                const float *xi[INS];                                                                                \
+                for (int i = 0; i < INS; i++) xi[i] = x + (i0 + first[c] + (i < count[c] ? i : 0)) * K;              \
+                __m256 acc[ROWS][INS];                                                                               \
+                for (int r = 0; r < ROWS; r++)                                                                       \
+                    for (int i = 0; i < INS; i++) acc[r][i] = sums[c][r][i];                                         \
+                for (int64_t k = kt; k < ke; k += 8) {                                                               \
+                    __m256 xv[INS];                                                                                  \
+                    for (int i = 0; i < INS; i++) xv[i] = _mm256_loadu_ps(xi[i] + k);                                \
+                    for (int r = 0; r < ROWS; r++) {                                                                 \
+                        if (c == 0) {                                                                    \
+                            const int64_t p = k + ahead;                                                 \
+                            _mm_prefetch((const char *)(wr[r] + (p < K ? p : ROWS * K + p - K)), _MM_HINT_T0);   \
+                        }                                                                                \
+                        __m256 wv = load8_##SUFFIX(wr[r] + k);                                                       \
+                        for (int i = 0; i < INS; i++) acc[r][i] = _mm256_fmadd_ps(wv, xv[i], acc[r][i]);             \
+                    }                                                                                                \
+                }                                                                                                    \
+                for (int r = 0; r < ROWS; r++)                                                                       \
+                    for (int i = 0; i < INS; i++) sums[c][r][i] = acc[r][i];                                         \
+            }                                                                                                        \
+        }                                                                                                            \
+        for (int c = 0; c < chunks; c++)                                                                             \
+            for (int r = 0; r < nr; r++)                                                                             \
+                for (int i = 0; i < count[c]; i++) {                                                                 \
+                    const float *xr = x + (i0 + first[c] + i) * K;                                                   \
+                    float s = hsum(sums[c][r][i]);                                                                   \
+                    for (int64_t t = K8; t < K; t++) s += value_##SUFFIX(wr[r] + t) * xr[t];                         \
+                    y[(i0 + first[c] + i) * N + r0 + r] = s;                                                         \
+                }                                                                                                    \
+    }                                                                                                                \
+                                                                                                                     \
+    static void linear_##SUFFIX(const WT *w, const float *x, const float *b, float *y, int64_t N, int64_t K,          \
+                                int64_t M, int threads) {                                                            \
+        const int64_t blocks = (N + ROWS - 1) / ROWS, per_pass = MAX_CHUNKS * INS;                                   \
+        _Pragma("omp parallel for num_threads(threads) schedule(static)")                                           \
+        for (int64_t blk = 0; blk < blocks; blk++) {                                                                 \
+            const int64_t r0 = blk * ROWS;                                                                           \
+            const int nr = (int)(N - r0 < ROWS ? N - r0 : ROWS);                                                     \
+            for (int64_t i0 = 0; i0 < M; i0 += per_pass)                                                             \
+                block_##SUFFIX(w, x, y, K, N, r0, nr, i0, (int)(M - i0 < per_pass ? M - i0 : per_pass));             \
+            if (b)                                                                                                   \
+                for (int64_t i = 0; i < M; i++)                                                                      \
+                    for (int r = 0; r < nr; r++) y[i * N + r0 + r] += b[r0 + r];                                     \
+        }                                                                                                            \
     }
-}
+
+DEFINE_BLOCK(f32, float)
+DEFINE_BLOCK(bf16, uint16_t)
 #endif
 
 static int supported(void) {
@@ -88,34 +134,52 @@ static int supported(void) {
 #endif
 }
 
-/* linear(w_ptr, x_ptr, b_ptr or 0, y_ptr, N, K, M, threads): addresses of contiguous fp32 buffers. */
-static PyObject *py_linear(PyObject *self, PyObject *args) {
-    unsigned long long w, x, b, y;
-    long long N, K, M;
-    int threads;
-    if (!PyArg_ParseTuple(args, "KKKKLLLi", &w, &x, &b, &y, &N, &K, &M, &threads)) return NULL;
+/* Both entry points: (w_ptr, x_ptr, b_ptr or 0, y_ptr, N, K, M, threads), addresses of contiguous buffers. */
+static int parse(PyObject *args, unsigned long long *w, unsigned long long *x, unsigned long long *b,
+                 unsigned long long *y, long long *N, long long *K, long long *M, int *threads) {
+    if (!PyArg_ParseTuple(args, "KKKKLLLi", w, x, b, y, N, K, M, threads)) return 0;
     if (!supported()) {
         PyErr_SetString(PyExc_RuntimeError, "specdec._linear needs an x86 CPU with AVX2 and FMA");
-        return NULL;
+        return 0;
     }
-    if (N < 1 || K < 1 || M < 1 || threads < 1) {
+    if (*N < 1 || *K < 1 || *M < 1 || *threads < 1) {
         PyErr_SetString(PyExc_ValueError, "N, K, M and threads must be positive");
-        return NULL;
+        return 0;
     }
-#ifdef SPECDEC_X86
-    Py_BEGIN_ALLOW_THREADS
-    linear_avx2((const float *)(uintptr_t)w, (const float *)(uintptr_t)x, (const float *)(uintptr_t)b,
-                (float *)(uintptr_t)y, N, K, M, threads);
-    Py_END_ALLOW_THREADS
-#endif
-    Py_RETURN_NONE;
+    return 1;
 }
+
+#define DEFINE_ENTRY(NAME, WT, SUFFIX)                                                                               \
+    static PyObject *py_##NAME(PyObject *self, PyObject *args) {                                                    \
+        unsigned long long w, x, b, y;                                                                               \
+        long long N, K, M;                                                                                           \
+        int threads;                                                                                                 \
+        if (!parse(args, &w, &x, &b, &y, &N, &K, &M, &threads)) return NULL;                                         \
+        Py_BEGIN_ALLOW_THREADS linear_##SUFFIX((const WT *)(uintptr_t)w, (const float *)(uintptr_t)x,                \
+                                               (const float *)(uintptr_t)b, (float *)(uintptr_t)y, N, K, M,          \
+                                               threads);                                                             \
+        Py_END_ALLOW_THREADS Py_RETURN_NONE;                                                                         \
+    }
+
+#ifdef SPECDEC_X86
+DEFINE_ENTRY(linear, float, f32)
+DEFINE_ENTRY(linear_bf16, uint16_t, bf16)
+#else
+static PyObject *unsupported(PyObject *self, PyObject *args) {
+    PyErr_SetString(PyExc_RuntimeError, "specdec._linear needs an x86 CPU with AVX2 and FMA");
+    return NULL;
+}
+#define py_linear unsupported
+#define py_linear_bf16 unsupported
+#endif
 
 static PyObject *py_supported(PyObject *self, PyObject *args) { return PyBool_FromLong(supported()); }
 
 static PyMethodDef methods[] = {
-    {"linear", py_linear, METH_VARARGS, "y = x @ w.T (+ b) for a few rows, fp32, AVX2 + FMA."},
-    {"supported", py_supported, METH_NOARGS, "Whether this CPU can run linear()."},
+    {"linear", py_linear, METH_VARARGS, "y = x @ w.T (+ b) for a few rows; w, x, b, y fp32; AVX2 + FMA."},
+    {"linear_bf16", py_linear_bf16, METH_VARARGS,
+     "y = x @ w.T (+ b) for a few rows; w bfloat16, x, b, y fp32; AVX2 + FMA."},
+    {"supported", py_supported, METH_NOARGS, "Whether this CPU can run linear() and linear_bf16()."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -8,7 +8,9 @@ measured on the machine itself (`time_backends` + `fastest_backends`: `runtime.l
 
 fp32 backends: "linear" (torch's F.linear), "weight_major" (W @ xᵀ, the weight as the left operand), "avx2"
 (specdec/_linear.c: every weight read once for 1-16 rows; built by the install where a C compiler is there, used
-only on CPUs with AVX2 and FMA). A bf16 layer (a draft held in bf16) uses RowAdaptiveBf16Linear instead.
+only on CPUs with AVX2 and FMA). A bf16 layer (a draft held in bf16) uses RowAdaptiveBf16Linear instead, on torch's
+bf16 product or the same C kernel reading bf16 weights ("avx2-bf16"), whichever `choose_bf16_backends` measures
+faster for the shape.
 """
 
 from __future__ import annotations
@@ -95,35 +97,57 @@ class WeightMajorLinear(BackendLinear):
         super().__init__(linear, "weight_major")
 
 
+def _avx2_bf16(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None) -> torch.Tensor:
+    """x (any float dtype) times a bf16 weight, fp32 accumulation, fp32 result (specdec/_linear.c)."""
+    x = x.float().contiguous()
+    y = torch.empty(x.shape[0], w.shape[0], dtype=torch.float32)
+    _linear.linear_bf16(w.data_ptr(), x.data_ptr(), 0 if b is None else b.data_ptr(), y.data_ptr(), w.shape[0],
+                        w.shape[1], x.shape[0], torch.get_num_threads())
+    return y
+
+
+BF16_BACKENDS = ("bf16", "avx2-bf16")  # torch's own bf16 product; the AVX2 kernel reading bf16 weights
+
+
 class RowAdaptiveBf16Linear(nn.Module):
     """A bf16 linear layer that computes products of many rows with an fp32 copy of the same weight values.
 
     On a CPU without native bf16 arithmetic (this project's AMD machines: no AVX-512 BF16), a bf16 product of one
     row costs about a third of the fp32 one (half the bytes to read), but a product of many rows is compute-bound
-    and emulated: a bf16 draft's prompt pass took 2.7x its fp32 time. Rows up to `max_bf16_rows` use the bf16
-    weight; more rows use `weight.float()`, which holds exactly the same values, and the result is rounded back to
-    bf16. Either way the layer is the bf16 model; only the accumulation differs, which no exactness argument relies
-    on (a draft's q is whatever it computed)."""
+    and emulated: a bf16 draft's prompt pass took 2.7x its fp32 time. Rows up to `max_bf16_rows` read the bf16
+    weight, on `backend`: "bf16" (torch's product) or "avx2-bf16" (specdec/_linear.c widens each weight to fp32 in
+    registers: 1.2-1.3x the bandwidth floor where torch's bf16 product takes 1.9-2.3x on the AMD machines; torch's
+    may win where AMX does bf16 natively, so `choose_bf16_backends` measures). More rows use `weight.float()`, which
+    holds exactly the same values, and the result is rounded back to bf16. Either way the layer is the bf16 model;
+    only the accumulation differs, which no exactness argument relies on (a draft's q is whatever it computed)."""
 
-    def __init__(self, linear: nn.Linear, max_bf16_rows: int = 8):
+    def __init__(self, linear: nn.Linear, max_bf16_rows: int = 8, backend: str = "bf16"):
         super().__init__()
         if linear.weight.dtype != torch.bfloat16:
             raise TypeError(f"RowAdaptiveBf16Linear wraps a bfloat16 nn.Linear, got {linear.weight.dtype}")
+        if backend not in BF16_BACKENDS:
+            raise ValueError(f"unknown bf16 backend {backend!r}; known: {BF16_BACKENDS}")
+        if backend == "avx2-bf16" and "avx2" not in available_backends():
+            raise RuntimeError("the avx2-bf16 backend is not available here (specdec._linear not built, or a CPU "
+                               "without AVX2 and FMA)")
         self.in_features, self.out_features = linear.in_features, linear.out_features
-        self.max_bf16_rows = max_bf16_rows
+        self.max_bf16_rows, self.backend = max_bf16_rows, backend
         self.weight, self.bias = linear.weight, linear.bias
         # Not Parameters: kept out of state_dict and of parameter counts; 2x the bf16 weight's memory.
         self.weight_fp32 = linear.weight.detach().float()
         self.bias_fp32 = None if linear.bias is None else linear.bias.detach().float()
 
     def backend_for(self, rows: int) -> str:
-        return "bf16" if rows <= self.max_bf16_rows else "bf16-as-fp32"
+        return self.backend if rows <= self.max_bf16_rows else "bf16-as-fp32"
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         rows = x.numel() // self.in_features
-        if rows <= self.max_bf16_rows:
+        if rows > self.max_bf16_rows:
+            out = _weight_major(x.reshape(rows, self.in_features).float(), self.weight_fp32, self.bias_fp32)
+        elif self.backend == "avx2-bf16":
+            out = _avx2_bf16(x.reshape(rows, self.in_features), self.weight, self.bias_fp32)
+        else:
             return nn.functional.linear(x, self.weight, self.bias)
-        out = _weight_major(x.reshape(rows, self.in_features).float(), self.weight_fp32, self.bias_fp32)
         return out.reshape(*x.shape[:-1], self.out_features).to(x.dtype)
 
 
@@ -137,10 +161,45 @@ def _replace_linears(model: nn.Module, make: Callable[[nn.Linear], nn.Module | N
     return model
 
 
-def use_row_adaptive_bf16_linear(model: nn.Module, max_bf16_rows: int = 8) -> nn.Module:
-    """Replace every bfloat16 nn.Linear of `model` in place (see RowAdaptiveBf16Linear); returns the model."""
-    return _replace_linears(model, lambda linear: RowAdaptiveBf16Linear(linear, max_bf16_rows)
-                            if linear.weight.dtype == torch.bfloat16 else None)
+def use_row_adaptive_bf16_linear(model: nn.Module, max_bf16_rows: int = 8,
+                                 backends: Mapping[str, str] | None = None, default: str = "bf16") -> nn.Module:
+    """Replace every bfloat16 nn.Linear of `model` in place (see RowAdaptiveBf16Linear), each on its shape's backend
+    from `backends` ("out x in" -> "bf16" or "avx2-bf16", e.g. from `choose_bf16_backends`), else on `default`."""
+    return _replace_linears(model, lambda linear: RowAdaptiveBf16Linear(
+        linear, max_bf16_rows, (backends or {}).get(shape_key(linear), default))
+        if linear.weight.dtype == torch.bfloat16 else None)
+
+
+@torch.inference_mode()
+def choose_bf16_backends(model: nn.Module, repeats: int = 3, log: Callable[[str], None] = lambda _: None
+                         ) -> dict[str, str]:
+    """Per weight shape of the model's bf16 layers, the bf16 backend with the least median time for one row (a
+    draft step), measured now on the model's own weights, interleaved; "bf16" everywhere where the AVX2 kernel is
+    not available. Takes well under a second for a 0.5B draft."""
+    by_shape: dict[str, list[nn.Module]] = {}
+    for module in model.modules():
+        if isinstance(module, (nn.Linear, RowAdaptiveBf16Linear)) and module.weight.dtype == torch.bfloat16:
+            by_shape.setdefault(shape_key(module), []).append(module)
+    if "avx2" not in available_backends():
+        return {key: "bf16" for key in by_shape}
+    products = {"bf16": lambda x, w: nn.functional.linear(x, w), "avx2-bf16": lambda x, w: _avx2_bf16(x, w, None)}
+    choice = {}
+    for key, layers in by_shape.items():
+        x = torch.randn(1, layers[0].in_features).to(torch.bfloat16)
+        seconds = {name: [] for name in products}
+        for name, product in products.items():  # first calls allocate: not timed
+            product(x, layers[0].weight)
+        for repeat in range(repeats):
+            for name, product in products.items():
+                start = time.perf_counter()
+                for layer in layers:
+                    product(x, layer.weight)
+                seconds[name].append(time.perf_counter() - start)
+        medians = {name: statistics.median(times) for name, times in seconds.items()}
+        choice[key] = min(medians, key=medians.get)
+        log(f"bf16 {key} x{len(layers)}: " + ", ".join(f"{n} {t * 1e3:.2f} ms" for n, t in medians.items())
+            + f" -> {choice[key]}")
+    return choice
 
 
 def use_weight_major_linear(model: nn.Module) -> nn.Module:

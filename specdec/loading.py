@@ -14,7 +14,14 @@ from pathlib import Path
 import torch
 
 from .errors import InvalidModelDirError, VocabularyMismatchError
-from .kernels import available_backends, fastest_backends, time_backends, use_backends, use_row_adaptive_bf16_linear
+from .kernels import (
+    available_backends,
+    choose_bf16_backends,
+    fastest_backends,
+    time_backends,
+    use_backends,
+    use_row_adaptive_bf16_linear,
+)
 
 MANIFEST = "manifest.json"
 DTYPES = ("float32", "bfloat16", "float16")
@@ -83,8 +90,11 @@ def load_for_decoding(model_dir, runtime: Runtime, backend_tables: dict[str, dic
     if runtime.device != "cpu" or runtime.linear_kernel == "default":
         return model, tokenizer
     if runtime.dtype == "bfloat16":
-        # torch's bf16 products of few rows are fast as shipped; many rows (a prompt pass) run on an fp32 copy
-        return use_row_adaptive_bf16_linear(model), tokenizer
+        # few rows read the bf16 weights (torch's product or the AVX2 kernel, measured now unless one is named);
+        # many rows (a prompt pass) run on an fp32 copy of the same values
+        backends = choose_bf16_backends(model, log=log) if runtime.linear_kernel == "auto" else None
+        return use_row_adaptive_bf16_linear(model, backends=backends,
+                                            default="avx2-bf16" if runtime.linear_kernel == "avx2" else "bf16"), tokenizer
     if runtime.linear_kernel == "auto":
         if backend_tables is None:
             backend_tables = fastest_backends(time_backends(model, log=log))

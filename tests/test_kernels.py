@@ -101,3 +101,48 @@ def test_a_backend_this_machine_lacks_is_refused():
 def test_backend_spans_group_consecutive_row_counts():
     tables = {"8x4": {1: "avx2", 2: "avx2", 3: "linear", 4: "avx2", 5: "avx2"}, "4x4": {1: "linear"}}
     assert backend_spans(tables) == {"8x4": {"1-2": "avx2", "3": "linear", "4-5": "avx2"}, "4x4": {"1": "linear"}}
+
+
+def test_the_avx2_kernel_over_several_k_tiles_and_input_passes():
+    """K = 300: two full tiles, a partial one and a scalar tail; rows up to 40: several chunks and passes."""
+    if "avx2" not in available_backends():
+        pytest.skip("no avx2 backend on this machine")
+    torch.manual_seed(2)
+    linear = nn.Linear(300, 21)
+    for rows in (1, 4, 5, 9, 16, 19, 40):
+        x = torch.randn(rows, 300)
+        torch.testing.assert_close(BACKENDS["avx2"](x, linear.weight, linear.bias), linear(x), rtol=1e-5, atol=1e-5)
+
+
+# --- bf16 layers: torch's product or the AVX2 kernel reading bf16 weights -----------------------------------------
+from specdec.kernels import BF16_BACKENDS, choose_bf16_backends  # noqa: E402
+
+
+@pytest.mark.parametrize("bias", [True, False])
+def test_the_avx2_bf16_backend_computes_the_bf16_layer_in_fp32(bias):
+    if "avx2" not in available_backends():
+        pytest.skip("no avx2 backend on this machine")
+    torch.manual_seed(3)
+    linear = nn.Linear(300, 29, bias=bias).to(torch.bfloat16)
+    layer = RowAdaptiveBf16Linear(linear, max_bf16_rows=8, backend="avx2-bf16")
+    for rows in (1, 2, 3, 4, 7, 8, 9):  # 9: beyond max_bf16_rows, the fp32 copy
+        x = torch.randn(1, rows, 300).to(torch.bfloat16)
+        expected = nn.functional.linear(x.float(), linear.weight.float(),
+                                        None if linear.bias is None else linear.bias.float())
+        out = layer(x)
+        assert out.dtype == torch.bfloat16 and layer.backend_for(rows) == ("avx2-bf16" if rows <= 8 else "bf16-as-fp32")
+        # the same fp32 product up to summation order, then one rounding to bf16: at most one bf16 step apart
+        torch.testing.assert_close(out.float(), expected.to(torch.bfloat16).float(), rtol=8e-3, atol=1e-3)
+    assert layer.weight is linear.weight  # the bf16 weight is read as it is, not copied
+
+
+def test_bf16_backends_are_chosen_per_shape_by_timing_and_used():
+    model = tiny_qwen2(vocab_size=64, hidden_size=32, seed=0).to(torch.bfloat16)
+    choice = choose_bf16_backends(model, repeats=1)
+    assert set(choice) == {"32x32", "16x32", "64x32", "32x64"} and set(choice.values()) <= set(BF16_BACKENDS)
+    if "avx2" not in available_backends():
+        assert set(choice.values()) == {"bf16"}
+    use_row_adaptive_bf16_linear(model, backends=choice)
+    assert {m.backend_for(1) for m in model.modules() if isinstance(m, RowAdaptiveBf16Linear)} == set(choice.values())
+    with pytest.raises(ValueError, match="unknown bf16 backend"):
+        RowAdaptiveBf16Linear(nn.Linear(4, 4).to(torch.bfloat16), backend="amx")
