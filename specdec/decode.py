@@ -45,6 +45,7 @@ class StepRecord:
     verify_seconds: float  # the target's forward pass (the one-token step in the baseline)
     decide_seconds: float  # warping, the accept test and sampling
     kernel: str = ""  # the linear backends that target pass ran on (specdec/kernels.py), where the session says
+    draft_kernel: str = ""  # the draft model's linear backends for a one-token draft step ("" without a draft model)
 
 
 @dataclass
@@ -97,6 +98,12 @@ def _prompt_tokens(input_ids: torch.Tensor) -> list[int]:
 def _kernel(session, rows: int) -> str:
     kernel_for = getattr(session, "kernel_for", None)
     return kernel_for(rows) if kernel_for else ""
+
+
+def _draft_kernel(proposer) -> str:
+    """The backends of the proposer's draft model for one row: a model draft's own session, or a hybrid's model's."""
+    session = getattr(proposer, "session", None) or getattr(getattr(proposer, "model", None), "session", None)
+    return _kernel(session, 1)
 
 
 def _check_length(max_new_tokens: int) -> None:
@@ -197,6 +204,7 @@ def generate_speculative(
     target_lm = as_session(target)
     proposer = as_proposer(draft)
     check_compatible(target_lm, proposer)
+    draft_kernel = _draft_kernel(proposer)
     eos_ids = target_lm.eos_token_ids
     generator = torch.Generator().manual_seed(seed)
     result = DecodeResult(tokens=[])
@@ -257,6 +265,7 @@ def generate_speculative(
                 verify_seconds=verify,
                 decide_seconds=decide,
                 kernel=_kernel(target_lm, len(drafted) + 1),
+                draft_kernel=draft_kernel,
             )
         )
         if emitted[-1] in eos_ids:

@@ -11,7 +11,7 @@ from specdec.decode import (
     generate_speculative,
 )
 from specdec.drafts import ModelDraft
-from specdec.kernels import use_row_adaptive_bf16_linear
+from specdec.kernels import available_backends, use_row_adaptive_bf16_linear
 from specdec.lm import CachedLM
 from specdec.testing import perturbed_copy, tiny_qwen2
 
@@ -19,6 +19,7 @@ VOCAB = 64
 N_PROMPTS = 20
 KS = [1, 2, 3, 4, 6, 8]
 MAX_NEW = 24
+BF16_BACKEND = "avx2-bf16" if "avx2" in available_backends() else "bf16"
 
 
 @pytest.fixture(scope="module")
@@ -49,8 +50,10 @@ def _drafts(target):
         "mostly agrees": perturbed_copy(target, noise=0.01),
         "target itself": target,
         # The draft's precision is free: the rule uses the q it computed, so a bf16 copy keeps the identity (run as
-        # the study runs a bf16 draft: prompt passes of more than 8 rows on an fp32 copy of its weights).
-        "target in bfloat16": use_row_adaptive_bf16_linear(copy.deepcopy(target).to(torch.bfloat16)),
+        # the study runs a bf16 draft: prompt passes of more than 8 rows on an fp32 copy of its weights, few rows on
+        # the AVX2 kernel reading the bf16 weights where this machine has it).
+        "target in bfloat16": use_row_adaptive_bf16_linear(copy.deepcopy(target).to(torch.bfloat16),
+                                                           default=BF16_BACKEND),
     }
 
 
@@ -176,3 +179,11 @@ def test_bad_arguments_raise_value_error(target, prompts, kwargs, message):
     args = {"input_ids": prompts[0], "k": 2, "max_new_tokens": 4, **kwargs}
     with pytest.raises(ValueError, match=message):
         generate_speculative(target, target, **args)
+
+
+def test_steps_record_the_draft_models_kernel(target, prompts):
+    bf16_draft = use_row_adaptive_bf16_linear(copy.deepcopy(target).to(torch.bfloat16), default=BF16_BACKEND)
+    result = generate_speculative(target, ModelDraft(bf16_draft), prompts[0], 3, 6)
+    assert {s.draft_kernel for s in result.steps if s.kind == "block"} == {BF16_BACKEND}
+    result = generate_speculative(target, ModelDraft(target), prompts[0], 3, 6)
+    assert {s.draft_kernel for s in result.steps if s.kind == "block"} == {"linear"}  # torch's own nn.Linear
