@@ -39,12 +39,23 @@ def _weight_major(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None) -> t
     return (torch.mm(w, x.t()) if b is None else torch.addmm(b.unsqueeze(1), w, x.t())).t()
 
 
-def _avx2(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None) -> torch.Tensor:
-    x = x.contiguous()
+def _c_product(kernel: Callable, x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None) -> torch.Tensor:
+    """x @ wᵀ (+ b) on a specdec._linear kernel: x and b as fp32 (no-ops when they are), fp32 result."""
+    x = x.float().contiguous()
+    b = None if b is None else b.float()
     y = torch.empty(x.shape[0], w.shape[0], dtype=torch.float32)
-    _linear.linear(w.data_ptr(), x.data_ptr(), 0 if b is None else b.data_ptr(), y.data_ptr(), w.shape[0],
-                   w.shape[1], x.shape[0], torch.get_num_threads())
+    kernel(w.data_ptr(), x.data_ptr(), 0 if b is None else b.data_ptr(), y.data_ptr(), w.shape[0], w.shape[1],
+           x.shape[0], torch.get_num_threads())
     return y
+
+
+def _avx2(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None) -> torch.Tensor:
+    return _c_product(_linear.linear, x, w, b)
+
+
+def _avx2_bf16(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None) -> torch.Tensor:
+    """x (any float dtype) times a bf16 weight, fp32 accumulation, fp32 result."""
+    return _c_product(_linear.linear_bf16, x, w, b)
 
 
 BACKENDS: dict[str, Callable] = {"linear": _linear_backend, "weight_major": _weight_major, "avx2": _avx2}
@@ -97,16 +108,14 @@ class WeightMajorLinear(BackendLinear):
         super().__init__(linear, "weight_major")
 
 
-def _avx2_bf16(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None) -> torch.Tensor:
-    """x (any float dtype) times a bf16 weight, fp32 accumulation, fp32 result (specdec/_linear.c)."""
-    x = x.float().contiguous()
-    y = torch.empty(x.shape[0], w.shape[0], dtype=torch.float32)
-    _linear.linear_bf16(w.data_ptr(), x.data_ptr(), 0 if b is None else b.data_ptr(), y.data_ptr(), w.shape[0],
-                        w.shape[1], x.shape[0], torch.get_num_threads())
-    return y
+# Products of a bf16 weight: torch's own bf16 product; the AVX2 kernel reading the bf16 weights.
+BF16_PRODUCTS: dict[str, Callable] = {"bf16": _linear_backend, "avx2-bf16": _avx2_bf16}
+BF16_BACKENDS = tuple(BF16_PRODUCTS)
 
 
-BF16_BACKENDS = ("bf16", "avx2-bf16")  # torch's own bf16 product; the AVX2 kernel reading bf16 weights
+def available_bf16_backends() -> list[str]:
+    """The bf16 backends this machine can run."""
+    return ["bf16", "avx2-bf16"] if "avx2" in available_backends() else ["bf16"]
 
 
 class RowAdaptiveBf16Linear(nn.Module):
@@ -127,7 +136,7 @@ class RowAdaptiveBf16Linear(nn.Module):
             raise TypeError(f"RowAdaptiveBf16Linear wraps a bfloat16 nn.Linear, got {linear.weight.dtype}")
         if backend not in BF16_BACKENDS:
             raise ValueError(f"unknown bf16 backend {backend!r}; known: {BF16_BACKENDS}")
-        if backend == "avx2-bf16" and "avx2" not in available_backends():
+        if backend not in available_bf16_backends():
             raise RuntimeError("the avx2-bf16 backend is not available here (specdec._linear not built, or a CPU "
                                "without AVX2 and FMA)")
         self.in_features, self.out_features = linear.in_features, linear.out_features
@@ -170,36 +179,15 @@ def use_row_adaptive_bf16_linear(model: nn.Module, max_bf16_rows: int = 8,
         if linear.weight.dtype == torch.bfloat16 else None)
 
 
-@torch.inference_mode()
 def choose_bf16_backends(model: nn.Module, repeats: int = 3, log: Callable[[str], None] = lambda _: None
                          ) -> dict[str, str]:
-    """Per weight shape of the model's bf16 layers, the bf16 backend with the least median time for one row (a
-    draft step), measured now on the model's own weights, interleaved; "bf16" everywhere where the AVX2 kernel is
-    not available. Takes well under a second for a 0.5B draft."""
-    by_shape: dict[str, list[nn.Module]] = {}
-    for module in model.modules():
-        if isinstance(module, (nn.Linear, RowAdaptiveBf16Linear)) and module.weight.dtype == torch.bfloat16:
-            by_shape.setdefault(shape_key(module), []).append(module)
-    if "avx2" not in available_backends():
-        return {key: "bf16" for key in by_shape}
-    products = {"bf16": lambda x, w: nn.functional.linear(x, w), "avx2-bf16": lambda x, w: _avx2_bf16(x, w, None)}
-    choice = {}
-    for key, layers in by_shape.items():
-        x = torch.randn(1, layers[0].in_features).to(torch.bfloat16)
-        seconds = {name: [] for name in products}
-        for name, product in products.items():  # first calls allocate: not timed
-            product(x, layers[0].weight)
-        for repeat in range(repeats):
-            for name, product in products.items():
-                start = time.perf_counter()
-                for layer in layers:
-                    product(x, layer.weight)
-                seconds[name].append(time.perf_counter() - start)
-        medians = {name: statistics.median(times) for name, times in seconds.items()}
-        choice[key] = min(medians, key=medians.get)
-        log(f"bf16 {key} x{len(layers)}: " + ", ".join(f"{n} {t * 1e3:.2f} ms" for n, t in medians.items())
-            + f" -> {choice[key]}")
-    return choice
+    """Per weight shape of the model's bf16 layers, the bf16 backend fastest for one row (a draft step), timed now
+    on the model's own weights (`time_backends`); "bf16" everywhere where the AVX2 kernel is not available. Takes
+    well under a second for a 0.5B draft."""
+    if available_bf16_backends() == ["bf16"]:
+        return {key: "bf16" for key in _layers_by_shape(model, torch.bfloat16)}
+    timings = time_backends(model, rows=[1], repeats=repeats, dtype=torch.bfloat16, log=log)
+    return {key: table[1] for key, table in fastest_backends(timings).items()}
 
 
 def use_weight_major_linear(model: nn.Module) -> nn.Module:
@@ -263,34 +251,42 @@ def default_linear(model: nn.Module):
 
 
 # --- measuring the backends on this machine ----------------------------------------------------------------------
+def _layers_by_shape(model: nn.Module, dtype: torch.dtype) -> dict[str, list[nn.Module]]:
+    """The model's linear layers (plain or replaced) with weights of `dtype`, grouped by "out x in" shape."""
+    by_shape: dict[str, list[nn.Module]] = {}
+    for module in model.modules():
+        if isinstance(module, (nn.Linear, BackendLinear, RowAdaptiveBf16Linear)) and module.weight.dtype == dtype:
+            by_shape.setdefault(shape_key(module), []).append(module)
+    return by_shape
+
+
 @torch.inference_mode()
 def time_backends(model: nn.Module, rows: Iterable[int] = range(1, 10), repeats: int = 3,
-                  backends: Iterable[str] | None = None, log: Callable[[str], None] = lambda _: None) -> list[dict]:
-    """Seconds per product, by weight shape, row count and backend, on the model's own fp32 weights.
+                  backends: Iterable[str] | None = None, log: Callable[[str], None] = lambda _: None,
+                  dtype: torch.dtype = torch.float32) -> list[dict]:
+    """Seconds per product, by weight shape, row count and backend, on the model's own weights of `dtype`: fp32
+    (BACKENDS; default: every one this machine has) or bf16 (BF16_PRODUCTS; default: every available one).
 
     Every weight of a shape is used in turn (a layer's weights are long out of cache when its turn comes back, as in
     a decoding step), and the backends are interleaved within each repeat, so that a slow moment of a shared machine
     hits all of them. One row per (shape, rows, backend): the median seconds of one product and the bytes read."""
-    backends = list(backends or available_backends())
-    by_shape: dict[str, list[nn.Module]] = {}
-    for module in model.modules():
-        if isinstance(module, (nn.Linear, BackendLinear)) and module.weight.dtype == torch.float32:
-            by_shape.setdefault(shape_key(module), []).append(module)
+    products = BACKENDS if dtype == torch.float32 else BF16_PRODUCTS
+    backends = list(backends or (available_backends() if dtype == torch.float32 else available_bf16_backends()))
     results = []
-    for key, layers in by_shape.items():
+    for key, layers in _layers_by_shape(model, dtype).items():
         in_features = layers[0].in_features
         for m in rows:
-            x = torch.randn(m, in_features)
+            x = torch.randn(m, in_features).to(dtype)
             seconds = {name: [] for name in backends}
             for name in backends:  # first calls pick kernels and allocate: not timed
-                BACKENDS[name](x, layers[0].weight, layers[0].bias)
+                products[name](x, layers[0].weight, layers[0].bias)
             for repeat in range(repeats):
                 for name in backends[repeat % len(backends):] + backends[:repeat % len(backends)]:
                     for layer in layers:
                         start = time.perf_counter()
-                        BACKENDS[name](x, layer.weight, layer.bias)
+                        products[name](x, layer.weight, layer.bias)
                         seconds[name].append(time.perf_counter() - start)
-            nbytes = layers[0].weight.numel() * 4
+            nbytes = layers[0].weight.numel() * layers[0].weight.element_size()
             for name, times in seconds.items():
                 results.append({"shape": key, "layers": len(layers), "rows": m, "backend": name,
                                 "seconds": statistics.median(times), "bytes": nbytes})

@@ -30,12 +30,14 @@ def step_weight_bytes(model) -> int:
 
 
 @torch.inference_mode()
-def kernel_roofline(model, bandwidth: float, candidates: Mapping[str, Mapping[str, Mapping[int, str]] | str],
+def kernel_roofline(model, bandwidth: float,
+                    candidates: Mapping[str, Mapping[str, Mapping[int, str]] | str | Callable[[object], object]],
                     positions: Sequence[int] = tuple(range(1, 10)), repeats: int = 5, context_length: int = 256,
                     log: Callable[[str], None] = print) -> pd.DataFrame:
-    """candidates: name -> a backend name for every product ("linear", "weight_major", "avx2") or per-shape
-    tables (kernels.fastest_backends). The model must hold plain nn.Linear layers (loaded with kernel "default");
-    each candidate is swapped in for its turn and out again."""
+    """candidates: name -> a backend name for every product ("linear", "weight_major", "avx2"), per-shape tables
+    (kernels.fastest_backends), or a function that swaps its layers into the model (e.g. a bf16 draft's, with
+    kernels.use_row_adaptive_bf16_linear). The model must hold plain nn.Linear layers (loaded with kernel
+    "default"); each candidate is swapped in for its turn and out again."""
     ids = torch.randint(0, model.config.vocab_size, (1, context_length + max(positions)),
                         generator=torch.Generator().manual_seed(0))
     cache = DynamicCache(config=model.config)
@@ -53,8 +55,11 @@ def kernel_roofline(model, bandwidth: float, candidates: Mapping[str, Mapping[st
     for repeat in range(repeats + 1):  # the first round warms every candidate up and is not recorded
         for name in names[repeat % len(names):] + names[:repeat % len(names)]:
             choice = candidates[name]
-            use_backends(model, choice if isinstance(choice, str) else "linear",
-                         None if isinstance(choice, str) else choice)
+            if callable(choice):
+                choice(model)
+            else:
+                use_backends(model, choice if isinstance(choice, str) else "linear",
+                             None if isinstance(choice, str) else choice)
             for m in positions:
                 seconds = forward(m)
                 if repeat:
