@@ -98,24 +98,28 @@ class PrefixMemoLM:
     Exact for any model whose output at a position depends only on the tokens before it, which is what a causal LM
     is. Lets a distribution check run the real speculative loop N times while the model runs only once per prefix.
 
-    exact_depth (optional): prefixes more than this many tokens past the first sequence fed after a reset (the
-    prompt) are answered with the logits of their ancestor at that depth. Tokens 1 .. exact_depth + 1 generated
-    after the prompt are then drawn from the model's own distributions; later ones are not, which is harmless to a
-    check that only looks at those first tokens (each emitted position is decided before any later one) and keeps
-    the number of model calls bounded when long draft blocks branch.
+    exact_depth (optional): prefixes more than this many tokens past the prompt are answered with the logits of
+    their ancestor at that depth. Tokens 1 .. exact_depth + 1 generated after the prompt are then drawn from the
+    model's own distributions; later ones are not, which is harmless to a check that only looks at those first
+    tokens (each emitted position is decided before any later one) and keeps the number of model calls bounded when
+    long draft blocks branch. prompt_length: the prompt's length; None takes the first sequence fed after a reset
+    as the prompt, which is wrong for a user that defers its prompt pass (HybridDraft's model draft).
     """
 
     def __init__(self, model: PreTrainedModel, eos_token_ids: Sequence[int] | None = None, *,
-                 exact_depth: int | None = None):
+                 exact_depth: int | None = None, prompt_length: int | None = None):
         if exact_depth is not None and (not isinstance(exact_depth, int) or exact_depth < 0):
             raise ValueError(f"exact_depth must be a non-negative integer or None, got {exact_depth!r}")
+        if prompt_length is not None and (not isinstance(prompt_length, int) or prompt_length < 1):
+            raise ValueError(f"prompt_length must be a positive integer or None, got {prompt_length!r}")
         self._model = CachedLM(model, eos_token_ids)
         self.model = model
         self.device = self._model.device
         self.vocab_size = self._model.vocab_size
         self.eos_token_ids = self._model.eos_token_ids
         self.exact_depth = exact_depth
-        self._root_length: int | None = None  # length of the first extend after a reset
+        self.prompt_length = prompt_length
+        self._root_length: int | None = prompt_length  # the prompt's length (else: of the first extend after a reset)
         self._tokens: list[int] = []
         self._fed: list[int] = []  # the tokens the inner KV cache holds
         self._memo: dict[tuple[int, ...], torch.Tensor] = {}
@@ -128,7 +132,7 @@ class PrefixMemoLM:
 
     def reset(self) -> None:
         self._tokens = []
-        self._root_length = None
+        self._root_length = self.prompt_length
 
     def restrict(self, columns: Sequence[int]) -> None:
         """From now on answer only the memoised prefixes, with only these logit columns (vocab_size shrinks).
@@ -149,7 +153,7 @@ class PrefixMemoLM:
         if missing:
             raise KeyError(f"{len(missing)} prefixes are not memoised (e.g. one of length {len(missing[0])})")
         view = copy.copy(self)
-        view._tokens, view._fed, view._root_length = [], [], None
+        view._tokens, view._fed, view._root_length = [], [], self.prompt_length
         view._memo = {key: self._memo[key] for key in keys}
         view.restrict(columns)
         return view

@@ -248,6 +248,25 @@ def test_prefix_memo_matches_fresh_forwards_and_caps_depth():
         torch.testing.assert_close(again[0], model(input_ids=torch.tensor([prompt + [8]])).logits[0, -1].float())
 
 
+def test_prefix_memo_depth_counts_from_the_given_prompt_length():
+    """A user that defers its prompt pass feeds prompt + generated tokens first: the depth cap must still count from
+    the prompt (prompt_length), not from that first, longer sequence."""
+    model = tiny_qwen2(vocab_size=64, hidden_size=16, seed=2)
+    prompt, generated = [3, 9, 4], [5, 6, 7]
+    with torch.inference_mode():
+        fresh = model(input_ids=torch.tensor([prompt + generated])).logits[0].float()
+    fixed = PrefixMemoLM(model, exact_depth=1, prompt_length=len(prompt))
+    fixed.reset()
+    late = fixed.extend(prompt + generated, 3)  # depths 1, 2, 3 after the prompt, in one first call
+    for row in late:
+        torch.testing.assert_close(row, fresh[3])  # all answered at depth 1, as after an eager prompt pass
+    first_call = PrefixMemoLM(model, exact_depth=1)
+    first_call.reset()
+    assert not torch.allclose(first_call.extend(prompt + generated, 1)[0], fresh[3])  # the old root: too deep
+    with pytest.raises(ValueError, match="prompt_length"):
+        PrefixMemoLM(model, prompt_length=0)
+
+
 def test_restricted_memo_refuses_unknown_prefixes():
     memo = PrefixMemoLM(tiny_qwen2(vocab_size=64, hidden_size=16, seed=2))
     memo.next_token_logits((1, 2, 3))

@@ -17,6 +17,7 @@ import specdec.decode as decode
 from specdec.decode import generate_baseline, generate_speculative
 from specdec.drafts import (
     EarlyExitDraft,
+    HybridDraft,
     ModelDraft,
     PromptLookupDraft,
     Proposal,
@@ -113,6 +114,27 @@ def test_greedy_identity_for_every_new_proposer(target, prompts, with_eos):
             assert ended_by_eos >= 2
     finally:
         target.generation_config.eos_token_id = None
+
+
+# --- hybrid: the model's prompt pass waits for the first block lookup cannot draft ----------------------------------
+def test_hybrid_defers_the_model_prompt_pass_until_lookup_finds_nothing(target):
+    draft_model = perturbed_copy(target, noise=0.05)
+    hybrid = HybridDraft(PromptLookupDraft(VOCAB, ngram_max=2), ModelDraft(draft_model))
+    eager = ModelDraft(draft_model)
+    prompt = [7, 3, 9, 7, 3, 11, 12]
+    hybrid.prefill(prompt)
+    eager.prefill(prompt)
+    assert hybrid.model.session.length == 0 and eager.session.length == len(prompt)
+    generator = torch.Generator().manual_seed(0)
+    matched = hybrid.propose(prompt + [9, 7, 3], 3, GREEDY, generator)  # "7 3" repeats: lookup drafts
+    assert matched.tokens == [11, 12, 9] and hybrid.model.session.length == 0 and matched.catchup_tokens == 0
+    hybrid.rollback(len(prompt) + 2)
+    context = prompt + [9, 7, 3, 11, 12, 40]  # "12 40" and "40" occur nowhere earlier: the model drafts
+    late = hybrid.propose(context, 3, GREEDY, generator)
+    assert late.catchup_tokens == len(context) and late.catchup_seconds > 0  # prompt and generated, in one call
+    assert hybrid.model.session.length == len(context) + 2  # the last drafted token is not fed
+    assert late.tokens == eager.propose(context, 3, GREEDY, generator).tokens  # the same argmaxes as eagerly
+    assert eager.session.length == len(context) + 2
 
 
 # --- prompt lookup --------------------------------------------------------------------------------------------------

@@ -18,7 +18,8 @@ class HybridDraft:
     Exact: which proposer drafts a block is decided from the context alone (never from the target's logits or the
     accept/reject coins), and the block carries the q of the proposer that made it (lookup's point masses or the
     model's warped distributions), which is what the rule needs. The model draft does not see lookup's blocks as
-    they are drafted; its next proposal catches up on them in one call (recorded as catch-up)."""
+    they are drafted; its next proposal catches up on them in one call (recorded as catch-up), and its first one on
+    the prompt too (the model's prompt pass is deferred until a block needs it)."""
 
     def __init__(self, lookup: PromptLookupDraft, model: ModelDraft):
         if lookup.vocab_size != model.vocab_size:
@@ -28,7 +29,9 @@ class HybridDraft:
         self.vocab_size = model.vocab_size
 
     def prefill(self, prompt: Sequence[int]) -> float:
-        return self.lookup.prefill(prompt) + self.model.prefill(prompt)
+        # The model's prompt pass waits for the first block lookup cannot draft: on text that repeats itself
+        # throughout (code) it is never paid. The catch-up computes the same q, so exactness is untouched.
+        return self.lookup.prefill(prompt) + self.model.prefill(prompt, lazy=True)
 
     def propose(
         self, context: Sequence[int], k: int, sampling: SamplingConfig, generator: torch.Generator

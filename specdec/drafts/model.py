@@ -34,11 +34,14 @@ class ModelDraft:
         self.eos_token_ids = frozenset(eos_token_ids) if eos_token_ids is not None else self.session.eos_token_ids
         self.min_confidence = None if min_confidence is None else float(min_confidence)
 
-    def prefill(self, prompt: Sequence[int]) -> float:
+    def prefill(self, prompt: Sequence[int], *, lazy: bool = False) -> float:
+        """Start a new sequence. lazy: only forget the last one; the first proposal then catches up on the prompt
+        and every token generated before it in one call (for a proposer that may never need this draft)."""
         start = time.perf_counter()
         self.session.reset()
-        # The whole prompt, so that the first block only has the target's first token to catch up on.
-        self.session.extend(prompt, 1)
+        if not lazy:
+            # The whole prompt, so that the first block only has the target's first token to catch up on.
+            self.session.extend(prompt, 1)
         return time.perf_counter() - start
 
     def propose(

@@ -293,11 +293,12 @@ class MemoisedPair:
         self.draft_spec, self.kind = spec, get_kind(spec["kind"])
         self.length, self.sampling, self.min_confidence = length, sampling, spec.get("min_confidence")
         self.prompt = tuple(input_ids[0].tolist())
-        self.target = PrefixMemoLM(target_model, exact_depth=length - 1)
+        self.target = PrefixMemoLM(target_model, exact_depth=length - 1, prompt_length=len(self.prompt))
         if self.kind.model is not None and draft_model is None:
             raise ValueError(f"a {spec['kind']!r} draft needs its model")
         self.draft = None if draft_model is None or self.kind.model is None else \
-            PrefixMemoLM(draft_model, eos_token_ids=self.target.eos_token_ids, exact_depth=length - 1)
+            PrefixMemoLM(draft_model, eos_token_ids=self.target.eos_token_ids, exact_depth=length - 1,
+                         prompt_length=len(self.prompt))
         self.exact = exact_first_tokens(self.target, self.prompt, sampling, length)
         # The proposer over the full-vocabulary memos: what the laws are computed from.
         self.law = draft_law(self._proposer(self.target, self.draft), sampling)
