@@ -115,7 +115,7 @@ BF16_BACKENDS = tuple(BF16_PRODUCTS)
 
 def available_bf16_backends() -> list[str]:
     """The bf16 backends this machine can run."""
-    return ["bf16", "avx2-bf16"] if "avx2" in available_backends() else ["bf16"]
+    return list(BF16_BACKENDS) if "avx2" in available_backends() else ["bf16"]
 
 
 class RowAdaptiveBf16Linear(nn.Module):

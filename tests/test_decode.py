@@ -10,8 +10,8 @@ from specdec.decode import (
     generate_baseline,
     generate_speculative,
 )
-from specdec.drafts import ModelDraft
-from specdec.kernels import available_backends, use_row_adaptive_bf16_linear
+from specdec.drafts import HybridDraft, ModelDraft, PromptLookupDraft
+from specdec.kernels import available_bf16_backends, use_row_adaptive_bf16_linear
 from specdec.lm import CachedLM
 from specdec.testing import perturbed_copy, tiny_qwen2
 
@@ -19,7 +19,7 @@ VOCAB = 64
 N_PROMPTS = 20
 KS = [1, 2, 3, 4, 6, 8]
 MAX_NEW = 24
-BF16_BACKEND = "avx2-bf16" if "avx2" in available_backends() else "bf16"
+BF16_BACKEND = "avx2-bf16" if "avx2-bf16" in available_bf16_backends() else "bf16"
 
 
 @pytest.fixture(scope="module")
@@ -187,3 +187,6 @@ def test_steps_record_the_draft_models_kernel(target, prompts):
     assert {s.draft_kernel for s in result.steps if s.kind == "block"} == {BF16_BACKEND}
     result = generate_speculative(target, ModelDraft(target), prompts[0], 3, 6)
     assert {s.draft_kernel for s in result.steps if s.kind == "block"} == {"linear"}  # torch's own nn.Linear
+    hybrid = HybridDraft(PromptLookupDraft(VOCAB), ModelDraft(bf16_draft))
+    result = generate_speculative(target, hybrid, prompts[0], 3, 6)
+    assert {s.draft_kernel for s in result.steps if s.kind == "block"} == {BF16_BACKEND}  # its model's kernel
