@@ -111,6 +111,10 @@ class WeightMajorLinear(BackendLinear):
 # Products of a bf16 weight: torch's own bf16 product; the AVX2 kernel reading the bf16 weights.
 BF16_PRODUCTS: dict[str, Callable] = {"bf16": _linear_backend, "avx2-bf16": _avx2_bf16}
 BF16_BACKENDS = tuple(BF16_PRODUCTS)
+# Rows up to which each bf16 product beats the fp32 copy on the AMD machines (bench/bf16_draft_step.py --positions,
+# docs/performance.md, "A bf16 draft"): torch's emulated bf16 product falls behind past ~8 rows; the AVX2 kernel
+# (every bf16 weight read once per 16 rows) stays ahead to 24-40 rows (a hybrid's catch-up), behind from ~48.
+BF16_MAX_ROWS = {"bf16": 8, "avx2-bf16": 32}
 
 
 def available_bf16_backends() -> list[str]:
@@ -123,14 +127,15 @@ class RowAdaptiveBf16Linear(nn.Module):
 
     On a CPU without native bf16 arithmetic (this project's AMD machines: no AVX-512 BF16), a bf16 product of one
     row costs about a third of the fp32 one (half the bytes to read), but a product of many rows is compute-bound
-    and emulated: a bf16 draft's prompt pass took 2.7x its fp32 time. Rows up to `max_bf16_rows` read the bf16
+    and emulated: a bf16 draft's prompt pass took 2.7x its fp32 time. Rows up to `max_bf16_rows` (default: the
+    backend's BF16_MAX_ROWS) read the bf16
     weight, on `backend`: "bf16" (torch's product) or "avx2-bf16" (specdec/_linear.c widens each weight to fp32 in
     registers: 1.2-1.3x the bandwidth floor where torch's bf16 product takes 1.9-2.3x on the AMD machines; torch's
     may win where AMX does bf16 natively, so `choose_bf16_backends` measures). More rows use `weight.float()`, which
     holds exactly the same values, and the result is rounded back to bf16. Either way the layer is the bf16 model;
     only the accumulation differs, which no exactness argument relies on (a draft's q is whatever it computed)."""
 
-    def __init__(self, linear: nn.Linear, max_bf16_rows: int = 8, backend: str = "bf16"):
+    def __init__(self, linear: nn.Linear, max_bf16_rows: int | None = None, backend: str = "bf16"):
         super().__init__()
         if linear.weight.dtype != torch.bfloat16:
             raise TypeError(f"RowAdaptiveBf16Linear wraps a bfloat16 nn.Linear, got {linear.weight.dtype}")
@@ -140,7 +145,8 @@ class RowAdaptiveBf16Linear(nn.Module):
             raise RuntimeError("the avx2-bf16 backend is not available here (specdec._linear not built, or a CPU "
                                "without AVX2 and FMA)")
         self.in_features, self.out_features = linear.in_features, linear.out_features
-        self.max_bf16_rows, self.backend = max_bf16_rows, backend
+        self.max_bf16_rows = BF16_MAX_ROWS[backend] if max_bf16_rows is None else max_bf16_rows
+        self.backend = backend
         self.weight, self.bias = linear.weight, linear.bias
         # Not Parameters: kept out of state_dict and of parameter counts; 2x the bf16 weight's memory.
         self.weight_fp32 = linear.weight.detach().float()
@@ -170,7 +176,7 @@ def _replace_linears(model: nn.Module, make: Callable[[nn.Linear], nn.Module | N
     return model
 
 
-def use_row_adaptive_bf16_linear(model: nn.Module, max_bf16_rows: int = 8,
+def use_row_adaptive_bf16_linear(model: nn.Module, max_bf16_rows: int | None = None,
                                  backends: Mapping[str, str] | None = None, default: str = "bf16") -> nn.Module:
     """Replace every bfloat16 nn.Linear of `model` in place (see RowAdaptiveBf16Linear), each on its shape's backend
     from `backends` ("out x in" -> "bf16" or "avx2-bf16", e.g. from `choose_bf16_backends`), else on `default`."""

@@ -115,7 +115,7 @@ def test_the_avx2_kernel_over_several_k_tiles_and_input_passes():
 
 
 # --- bf16 layers: torch's product or the AVX2 kernel reading bf16 weights -----------------------------------------
-from specdec.kernels import BF16_BACKENDS, choose_bf16_backends  # noqa: E402
+from specdec.kernels import BF16_BACKENDS, BF16_MAX_ROWS, available_bf16_backends, choose_bf16_backends  # noqa: E402
 
 
 @pytest.mark.parametrize("bias", [True, False])
@@ -134,6 +134,16 @@ def test_the_avx2_bf16_backend_computes_the_bf16_layer_in_fp32(bias):
         # the same fp32 product up to summation order, then one rounding to bf16: at most one bf16 step apart
         torch.testing.assert_close(out.float(), expected.to(torch.bfloat16).float(), rtol=8e-3, atol=1e-3)
     assert layer.weight is linear.weight  # the bf16 weight is read as it is, not copied
+
+
+def test_each_bf16_backend_reads_the_bf16_weights_up_to_its_own_row_limit():
+    linear = nn.Linear(16, 8).to(torch.bfloat16)
+    for backend in available_bf16_backends():
+        layer = RowAdaptiveBf16Linear(linear, backend=backend)
+        limit = BF16_MAX_ROWS[backend]
+        assert layer.backend_for(limit) == backend and layer.backend_for(limit + 1) == "bf16-as-fp32"
+    # the AVX2 kernel keeps a hybrid's catch-up over a short prompt (up to 32 rows) on the bf16 weights
+    assert BF16_MAX_ROWS["avx2-bf16"] >= 32 > BF16_MAX_ROWS["bf16"]
 
 
 def test_bf16_backends_are_chosen_per_shape_by_timing_and_used():

@@ -231,6 +231,21 @@ def test_adding_a_k_schedules_only_its_jobs(tiny_study):
 
 
 @ON_TINY_STUDY
+def test_a_one_domain_layer_decodes_only_that_domain(tiny_study):
+    """config/long-code.yaml's shape: one domain, a longer generation, its own results_dir."""
+    root, config = tiny_study
+    layer = {"results_dir": "results/long", "domains": {"other": copy.deepcopy(config["domains"]["code"])},
+             "decoding": {"domains": ["code"], "k": [2], "max_new_tokens": 9, "sampled": None}}
+    result = snakemake(root, "--dry-run", "--cores", "1", "--", "results/long/tables/study.csv",
+                       configfile=write_config(root / "long.yaml", layer))
+    assert result.returncode == 0, result.stderr[-3000:]
+    blocks = _job_blocks(result.stdout, "decode")
+    assert len(blocks) == len(config["drafts"])  # not 2x: the layer's second domain is not decoded
+    assert all("domain=code" in b and "setting=greedy" in b and "k=2" in b for b in blocks)
+    assert "prepare_model" not in job_counts(result.stdout)
+
+
+@ON_TINY_STUDY
 def test_adding_a_draft_schedules_only_its_jobs(tiny_study):
     root, config = tiny_study
     more = copy.deepcopy(config)
@@ -284,6 +299,7 @@ def test_adding_a_draft_to_the_sweep_schedules_one_job_per_domain(tiny_study):
         (lambda c: c.update(draft_sweep={"drafts": ["tiny-draft0"], "per_draft": {"tiny-draft1": {"domains": ["code"]}}}),
          "config key 'draft_sweep.per_draft.tiny-draft1'"),
         (lambda c: c.update(draft_sweep={"drafts": ["tiny-draft0"], "domains": ["poetry"]}), "'poetry'"),
+        (lambda c: c["decoding"].update(domains=["poetry"]), "config key 'decoding.domains': 'poetry'"),
         (lambda c: c.update(distillation={"domains": {"x": {"sources": [{"set": "nope"}]}}}),
          "config key 'distillation.domains.x.sources'"),
     ],
@@ -291,7 +307,8 @@ def test_adding_a_draft_to_the_sweep_schedules_one_job_per_domain(tiny_study):
          "truncated draft without layers", "unknown draft kind", "unknown prompt set", "unknown source",
          "no prompts", "target as draft", "distribution top-k too large", "distribution draft not studied",
          "dtype for a draft without weights", "unknown draft dtype", "unknown sweep draft",
-         "per-draft override of a draft not swept", "unknown sweep domain", "unknown training prompt set"],
+         "per-draft override of a draft not swept", "unknown sweep domain", "unknown decoding domain",
+         "unknown training prompt set"],
 )
 def test_invalid_config_is_refused_naming_the_key(tmp_path, mutate, message):
     config = build_tiny_study(tmp_path)

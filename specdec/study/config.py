@@ -113,9 +113,11 @@ def check_config_semantics(config: dict) -> None:
         if name not in defined or not kind_of(name).assisted(draft_spec(config, name)):
             raise ConfigError(f"config key 'peers.drafts': {name!r} is not a draft (under 'models' or 'draft_kinds') "
                               "that Hugging Face's assisted generation can run (a plain model draft)")
-    for domain in peers.get("domains") or []:
-        if domain not in config["domains"]:
-            raise ConfigError(f"config key 'peers.domains': {domain!r} is not under 'domains'")
+    for key, domains in (("peers.domains", peers.get("domains")),
+                         ("decoding.domains", config["decoding"].get("domains"))):
+        for domain in domains or []:
+            if domain not in config["domains"]:
+                raise ConfigError(f"config key '{key}': {domain!r} is not under 'domains'")
     sweep = config.get("draft_sweep") or {}
     for name in sweep.get("drafts") or []:
         if name not in defined:

@@ -94,15 +94,14 @@ def study_model_dirs():
 
 def decode_jobs(setting=None):
     """(setting, draft, domain, k, seed) of every decoding job the config asks for."""
-    jobs = []
+    jobs, domains = [], DECODING.get("domains") or list(config["domains"])
     if DECODING.get("greedy", True):
-        jobs += [("greedy", d, dom, k, 0) for d, dom, k in
-                 itertools.product(config["drafts"], config["domains"], DECODING["k"])]
+        jobs += [("greedy", d, dom, k, 0) for d, dom, k in itertools.product(config["drafts"], domains, DECODING["k"])]
     sampled = DECODING.get("sampled")
     if sampled:
         ks = sampled.get("k") or DECODING["k"]
         jobs += [("sampled", d, dom, k, s) for d, dom, k, s in
-                 itertools.product(config["drafts"], config["domains"], ks, sampled["seeds"])]
+                 itertools.product(config["drafts"], domains, ks, sampled["seeds"])]
     return [j for j in jobs if setting is None or j[0] == setting]
 
 
