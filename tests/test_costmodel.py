@@ -219,6 +219,9 @@ def test_audited_step_timings_by_hand():
     assert row["c"] == pytest.approx(0.04 / 0.11) and row["verify_cost_ratio"] == pytest.approx(2.0)
     assert row["decode_tokens_per_pass"] == pytest.approx(11 / 4)
     assert row["prefill_target_seconds"] == pytest.approx(1.1) and row["prefill_draft_seconds"] == 0.5
+    # what the blocks cost on average: (0.09 + 0.08 + 0.15 + 0) / 4 drafting, (0.05 + 0.07) / 4 catching up
+    assert row["draft_seconds_per_block"] == pytest.approx(0.08)
+    assert row["catchup_seconds_per_block"] == pytest.approx(0.03)
 
 
 def test_pooled_rates_and_closed_form_on_audited_timings_by_hand():
@@ -307,11 +310,17 @@ def test_profiled_costmodel_table_by_hand():
     early = early_exit_seconds(profiles[profiles["model"] == "t"], 1)
     assert early.loc[1] == pytest.approx(0.10 - 0.06) and early.loc[2] == pytest.approx(0.12 - 0.06)
     lookup = profiled_costmodel_table(profiles, steps, sequences, "t", {"d": {"kind": "prompt_lookup"}}).iloc[0]
-    assert lookup["c"] == pytest.approx(0.04 / 0.10)  # no model: the measured proposal time per token
-    # A model draft held in another dtype than the profiled one is priced at its measured step too, not at the
+    # No profiled forward: the blocks are priced at what they measured, on average (not at the median call, which
+    # is 0 for a hybrid whose blocks are mostly free lookups): 0.08 s drafting over 2.5 drafted tokens, 0.03 s
+    # catching up, per block.
+    assert lookup["c"] == pytest.approx(0.08 / 2.5 / 0.10)
+    assert lookup["predicted_speedup"] == pytest.approx(baseline / (1.1 + 0.5 + 11 / 2.75 * (0.08 + 0.03 + 0.18)))
+    closed_form_block = 3 * 0.032 + 0.20 + 0.5 * (0.03 / 0.5)  # the catch-up term carries the mean catch-up
+    assert lookup["predicted_decode_speedup"] == pytest.approx(2.75 * 0.10 / closed_form_block)
+    # A model draft held in another dtype than the profiled one is priced at its measured blocks too, not at the
     # profile of its fp32 weights.
     bf16 = {"d": {"kind": "model", "model": "dm", "dtype": "bfloat16"}}
-    assert profiled_costmodel_table(profiles, steps, sequences, "t", bf16).iloc[0]["c"] == pytest.approx(0.04 / 0.10)
+    assert profiled_costmodel_table(profiles, steps, sequences, "t", bf16).iloc[0]["c"] == pytest.approx(0.032 / 0.10)
     assert profiled_costmodel_table(profiles, steps, sequences, "t", bf16, profiled_dtype="bfloat16").iloc[0][
         "c"] == pytest.approx(0.2)
     # The decoding phase alone (prompt passes left out): the baseline's 11 steps (1.21 s) over the blocks' draft,

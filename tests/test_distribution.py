@@ -287,6 +287,7 @@ DRAFT_SPECS = {
     "model": {"kind": "model", "model": "d"},
     "adaptive": {"kind": "model", "model": "d", "min_confidence": 0.4},
     "hybrid": {"kind": "hybrid", "model": "d", "ngram_max": 2},
+    "hybrid-adaptive": {"kind": "hybrid", "model": "d", "ngram_max": 2, "min_confidence": 0.4},
     "lookup": {"kind": "prompt_lookup"},
 }
 

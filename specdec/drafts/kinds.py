@@ -69,6 +69,6 @@ register(DraftKind(
     "prompt_lookup", _lookup, LOOKUP_FIELDS,
     description="no model: what followed the latest earlier occurrence of the context's last n tokens"))
 register(DraftKind(
-    "hybrid", _hybrid, {"model": MODEL, "dtype": DTYPE, **LOOKUP_FIELDS}, required=("model",), model="named",
+    "hybrid", _hybrid, {**MODEL_FIELDS, **LOOKUP_FIELDS}, required=("model",), model="named",
     cost=lambda name, spec: DraftCost(model=spec["model"], dtype=spec.get("dtype"), measured=True),
     description="prompt lookup where it finds a match, the `model` draft where it does not"))

@@ -366,7 +366,8 @@ def predicted_speedup(tokens_per_pass: float, t_target_1: float, t_draft_step: f
 AUDIT_KEYS = ("draft", "domain", "k")
 AUDIT_COLUMNS = ["n_blocks", "draft_step_seconds", "catchup_call_seconds", "catchup_tokens_mean", "catchup_rate",
                  "verify_seconds", "target_step_seconds", "c", "verify_cost_ratio", "decode_tokens_per_pass",
-                 "prefill_target_seconds", "prefill_draft_seconds"]
+                 "prefill_target_seconds", "prefill_draft_seconds", "draft_seconds_per_block",
+                 "catchup_seconds_per_block"]
 
 
 def one_token_calls(blocks: pd.DataFrame) -> pd.Series:
@@ -381,7 +382,9 @@ def audited_step_timings(steps: pd.DataFrame, keys: Sequence[str] = AUDIT_KEYS) 
     catchup_tokens_mean: the catch-up calls; catchup_rate: share of blocks that had one; verify_seconds: median
     verify pass over k + 1 positions; target_step_seconds: median baseline one-token step; c = draft step / target
     step; verify_cost_ratio = verify / target step; decode_tokens_per_pass: emitted per speculative pass after the
-    prefill; prefill_*: median prompt passes of the target (both methods) and of the draft.
+    prefill; prefill_*: median prompt passes of the target (both methods) and of the draft; draft_seconds_per_block
+    and catchup_seconds_per_block: means over blocks (a hybrid draft's blocks mix free lookups with model calls, so
+    the median call is 0 while the mean is what the blocks cost).
     """
     keys = list(keys)
     spec = steps[steps["method"] == "speculative"]
@@ -395,7 +398,9 @@ def audited_step_timings(steps: pd.DataFrame, keys: Sequence[str] = AUDIT_KEYS) 
     prefill = steps[steps["kind"] == "prefill"]
     audit = pd.concat([
         blocks.groupby(keys).agg(n_blocks=("drafted", "size"), draft_step_seconds=("per_call", "median"),
-                                 catchup_rate=("has_catchup", "mean")),
+                                 catchup_rate=("has_catchup", "mean"),
+                                 draft_seconds_per_block=("draft_seconds", "mean"),
+                                 catchup_seconds_per_block=("catchup_seconds", "mean")),
         catchups.groupby(keys).agg(catchup_call_seconds=("catchup_seconds", "median"),
                                    catchup_tokens_mean=("catchup_tokens", "mean")),
         full.groupby(keys)["verify_seconds"].median().rename("verify_seconds"),

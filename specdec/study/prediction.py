@@ -3,7 +3,8 @@
 Costs come from the profiling stage (`specdec.profiling.profile_model` tables: whole-forward seconds of each model
 at m new positions); acceptance, tokens per pass and the catch-up rate from the decode stage's steps. A draft that is
 a model of its own is profiled itself; an early-exit draft costs the target's forward minus the layers it skips; a
-prompt-lookup draft has no forward, so its measured proposal time is used. Prompt passes are not profiled (their
+draft without a profiled forward (prompt lookup, a hybrid, a model in another dtype) is priced at what its blocks
+measured: the mean drafting and catch-up seconds per block. Prompt passes are not profiled (their
 length varies): the prediction charges the measured ones, because the measured totals include them.
 """
 
@@ -78,7 +79,8 @@ def profiled_costmodel_table(profiles: pd.DataFrame, steps: pd.DataFrame, sequen
     costs = draft_costs(profiles, target, draft_specs, profiled_dtype)
     cells = _profiled_predictions(steps, sequences, keys, target_forward, costs)
     per_sequence = _profiled_predictions(steps, sequences, keys + ["prompt_id", "repeat"], target_forward, costs,
-                                         cells.set_index(keys)["draft_step_seconds"])
+                                         (cells["draft_seconds_per_block"] / cells["drafted_per_block"])
+                                         .set_axis(pd.MultiIndex.from_frame(cells[keys])))
     table = cells.rename(columns={"predicted_speedup": "predicted_speedup_pooled"})
     table = table.merge(per_sequence.groupby(keys)["predicted_speedup"].median().reset_index(), on=keys)
     table = table.merge(decode_phase_speedups(steps).groupby(keys)["decode_speedup"].median()
@@ -103,8 +105,8 @@ def decode_phase_speedups(steps: pd.DataFrame) -> pd.DataFrame:
 def _profiled_predictions(steps: pd.DataFrame, sequences: pd.DataFrame, keys: list[str], target_forward: pd.Series,
                           costs: dict, cell_proposal_seconds: pd.Series | None = None) -> pd.DataFrame:
     """Per group of `keys`: the audited timings, pooled rates and the speedup the profiled costs predict.
-    cell_proposal_seconds: per (draft, domain, k), the measured proposal time per token of a draft without a model,
-    used when a group is a single sequence (which may have proposed nothing)."""
+    cell_proposal_seconds: per (draft, domain, k), the measured proposal time per drafted token of a draft without a
+    profiled forward, used when a group is a single sequence that drafted nothing."""
     audit = audited_step_timings(steps, keys)
     audit = audit.rename(columns={"c": "c_measured", "verify_cost_ratio": "verify_cost_ratio_measured"})
     table = audit.merge(pooled_rates(sequences, keys), on=keys)
@@ -120,19 +122,24 @@ def _profiled_predictions(steps: pd.DataFrame, sequences: pd.DataFrame, keys: li
     for r in table.itertuples():
         k, t1 = int(r.k), float(target_forward.loc[1])
         draft = costs.get(r.draft)
-        if draft is None:  # no model: the proposal's own measured time per token, and no catch-up call
-            t_draft = float(r.draft_step_seconds)
-            if cell_proposal_seconds is not None:
+        t_verify = float(target_forward.loc[k + 1])
+        if draft is None:
+            # Measured proposals (lookup, a hybrid, a bf16 model): what the blocks spent drafting and catching up, on
+            # average. Per drafted token for the closed form, whose catch-up term then carries the mean catch-up.
+            t_draft = r.draft_seconds_per_block / r.drafted_per_block if r.drafted_per_block else float("nan")
+            if pd.isna(t_draft) and cell_proposal_seconds is not None:  # a sequence that drafted nothing
                 t_draft = float(cell_proposal_seconds.loc[(r.draft, r.domain, r.k)])
-            t_catchup = t_draft
+            t_draft = 0.0 if pd.isna(t_draft) else t_draft
+            t_catchup = t_draft + (r.catchup_seconds_per_block / r.catchup_rate if r.catchup_rate > 0 else 0.0)
+            block_drafting = r.draft_seconds_per_block + r.catchup_seconds_per_block
         else:
             t_draft, t_catchup = float(draft.loc[1]), float(draft.loc[2])
-        t_verify = float(target_forward.loc[k + 1])
+            block_drafting = r.drafted_per_block * t_draft + r.catchup_rate * (t_catchup - t_draft)
         decode = predicted_speedup(r.decode_tokens_per_pass, t1, t_draft, t_verify, t_catchup, r.catchup_rate, k=k)
         # Whole sequences: both pay the target's prompt pass, speculative also the draft's; then n - 1 tokens.
         rest = r.n_tokens - 1
         baseline = r.prefill_target_seconds + rest * t1
-        block = r.drafted_per_block * t_draft + r.verify_per_block + r.catchup_rate * (t_catchup - t_draft)
+        block = block_drafting + r.verify_per_block
         prefill_draft = 0.0 if pd.isna(r.prefill_draft_seconds) else r.prefill_draft_seconds
         speculative = r.prefill_target_seconds + prefill_draft + rest / r.decode_tokens_per_pass * block
         rows.append({
