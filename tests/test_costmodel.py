@@ -21,15 +21,27 @@ from specdec.study.costmodel import (
     predict_draft_cost_ratio,
     predict_step_time,
     predicted_speedup,
+    profiled_shapes,
     verify_cost,
+)
+from specdec.study.machines import (
+    DRAFT_COLUMNS,
+    MACHINE_COLUMNS,
+    MachineFit,
+    best_drafts_by_machine,
+    machines_tables,
+    predicted_cells,
+    verdict_text,
 )
 from specdec.study.prediction import (
     DRAFTS_COLUMNS,
+    FITTED_DRAFT_COLUMNS,
     DRAFTS_EXTRA_COLUMNS,
     best_per_domain,
     draft_shapes,
     drafts_table,
     early_exit_seconds,
+    fitted_draft_costs,
     profiled_costmodel_table,
     roofline,
 )
@@ -358,3 +370,139 @@ def test_roofline_by_hand():
     assert table.loc[1, "decode_seconds"] == pytest.approx(0.11)  # baseline one-token steps
     assert table.loc[4, "decode_seconds"] == pytest.approx(0.22)  # verify passes over 4 positions
     assert table.loc[4, "profiled_over_floor"] == pytest.approx(0.20 / 3e-3)
+
+
+# --- per machine: the fit without decoding, the verdict across machines, the best draft per machine --------------
+MACHINE_DRAFTS = {"w0": {"kind": "model", "model": "w0"},
+                  "w0-bf16": {"kind": "model", "model": "w0", "dtype": "bfloat16"},
+                  "w0-cut6": {"kind": "truncated", "model": "w0", "layers": 6},
+                  "self-4": {"kind": "early_exit", "layers": 4},
+                  "lookup": {"kind": "prompt_lookup"}, "elsewhere": {"kind": "model", "model": "not-profiled"},
+                  "hybrid": {"kind": "hybrid", "model": "w0", "dtype": "bfloat16"}}
+
+
+def machine_profile(machine: dict, seed: int) -> pd.DataFrame:
+    profile = synthetic_profile(machine, seed=seed)
+    return profile.assign(kv_dim=profile["model"].map({f"w{i}": s.kv_dim for i, s in enumerate(WIDTHS)}))
+
+
+def fitted_machine(machine: dict, seed: int):
+    """(fit, fitted_draft_costs table) of a synthetic machine whose target is w1 (the 1.5B shape)."""
+    profile = machine_profile(machine, seed)
+    fit = fit_cost_model(profile, n_boot=200)
+    target = profiled_shapes(profile)["w1"]
+    return fit, fitted_draft_costs(profile, "w1", MACHINE_DRAFTS, lambda s: predict_draft_cost_ratio(fit, s, target))
+
+
+@pytest.fixture(scope="module")
+def two_machines():
+    return {"bandwidth": fitted_machine(BANDWIDTH_BOUND, 0), "overhead": fitted_machine(OVERHEAD_BOUND, 1)}
+
+
+def test_fitted_draft_costs_price_every_draft_the_profiles_can(two_machines):
+    profile = machine_profile(BANDWIDTH_BOUND, 0)
+    fit, table = two_machines["bandwidth"]
+    assert list(table.columns) == FITTED_DRAFT_COLUMNS
+    by = table.set_index("draft")
+    assert "elsewhere" not in by.index  # its model was not profiled: nothing to price it with
+    forward = profile[(profile.component == "forward") & (profile.m == 1)].groupby("model")["seconds"].median()
+    assert by.loc["w0", "c_measured"] == pytest.approx(forward["w0"] / forward["w1"])
+    assert by.loc["w0", "c_measured_by"] == "profile"
+    # On data that follows the model, the fit's c agrees with the profiled c, for a model and for an early exit.
+    for draft in ("w0", "self-4"):
+        assert by.loc[draft, "c_predicted"] == pytest.approx(by.loc[draft, "c_measured"], rel=0.05), draft
+    # A dtype or a cut the profiles did not run: priced by the fit only, from its shape.
+    assert np.isnan(by.loc["w0-bf16", "c_measured"]) and pd.isna(by.loc["w0-bf16", "c_measured_by"])
+    assert by.loc["w0-bf16", "param_ratio"] == pytest.approx(by.loc["w0", "param_ratio"] / 2)
+    assert by.loc["w0-bf16", "c_predicted"] < by.loc["w0", "c_predicted"]
+    assert by.loc["w0-cut6", "draft_layers"] == 6 and np.isnan(by.loc["w0-cut6", "c_measured"])
+    assert by.loc["w0-cut6", "depth_ratio"] == pytest.approx(6 / 28)
+    assert by.loc["self-4", "draft_layers"] == 4 and by.loc["lookup", "c_predicted"] == 0.0
+    assert np.isnan(by.loc["hybrid", "c_measured"])  # a mix of lookup and model: its blocks measure it
+
+
+def write_machine_dir(directory, fit, drafts: pd.DataFrame, profile: pd.DataFrame):
+    """What machine_fit leaves in results/machines/{machine}/{kernel}/."""
+    directory.mkdir(parents=True)
+    fit.terms.to_csv(directory / "costmodel_terms.csv", index=False)
+    fit.verify.to_csv(directory / "verify_cost.csv", index=False)
+    pd.DataFrame([{"model": n, "n_layers": s.n_layers, "hidden_size": s.hidden, "intermediate_size": s.intermediate,
+                   "vocab_size": s.vocab, "dtype_bytes": s.dtype_bytes, "kv_dim": s.kv_dim}
+                  for n, s in profiled_shapes(profile).items()]).to_csv(directory / "shapes.csv", index=False)
+    drafts.to_csv(directory / "fitted_drafts_c.csv", index=False)
+
+
+def test_machine_fit_load_prefers_decode_measured_c_and_fills_in_from_the_fit(two_machines, tmp_path):
+    fit, drafts = two_machines["bandwidth"]
+    directory = tmp_path / "machine-a" / "auto"
+    write_machine_dir(directory, fit, drafts, machine_profile(BANDWIDTH_BOUND, 0))
+    # A decode run measured the bf16 draft and w0 (an older table: no c_measured_by column).
+    decoded = drafts[drafts["draft"].isin(["w0-bf16", "w0"])].drop(columns="c_measured_by").assign(c_measured=0.123)
+    decoded.to_csv(directory / "drafts_c.csv", index=False)
+    loaded = MachineFit.load(directory, "w1")
+    assert (loaded.machine, loaded.kernel, loaded.target) == ("machine-a", "auto", WIDTHS[1])
+    by = loaded.drafts.set_index("draft")
+    assert by.loc["w0-bf16", "c_measured"] == 0.123 and by.loc["w0-bf16", "c_measured_by"] == "decode"
+    assert by.loc["w0", "c_measured"] == 0.123 and by.loc["w0", "c_measured_by"] == "decode"
+    assert by.loc["self-4", "c_measured_by"] == "profile"  # only the fit's table has it
+    assert by.loc["w0-cut6", "c_predicted"] == pytest.approx(drafts.set_index("draft").loc["w0-cut6", "c_predicted"])
+    assert len(by) == len(drafts)
+
+
+def test_verdict_across_machines_places_each_by_its_overhead_share(two_machines, tmp_path):
+    fits = []
+    for name, (fit, drafts) in two_machines.items():
+        machine = BANDWIDTH_BOUND if name == "bandwidth" else OVERHEAD_BOUND
+        write_machine_dir(tmp_path / name / "auto", fit, drafts, machine_profile(machine, 0))
+        fits.append(MachineFit.load(tmp_path / name / "auto", "w1"))
+    reported = {"seed": {"target_step_ms": 50.0, "draft_step_ms": 20.0, "depth_ratio": 0.857, "param_ratio": 0.32}}
+    machines, drafts = machines_tables(fits, reported)
+    assert list(machines.columns) == MACHINE_COLUMNS and list(drafts.columns) == DRAFT_COLUMNS
+    by = machines.set_index("machine")
+    assert by.loc["bandwidth", "regime"] == "bytes" and by.loc["overhead", "regime"] == "depth"
+    assert by.loc["overhead", "overhead_over_layer_bytes"] > 1 > by.loc["bandwidth", "overhead_over_layer_bytes"]
+    assert by.loc["overhead", "per_layer_overhead_ms"] == pytest.approx(OVERHEAD_BOUND["a"] * 1e3, rel=0.05)
+    assert by.loc["bandwidth", "bandwidth_eff_gb_s"] == pytest.approx(30, rel=0.05)
+    # The reported machine: s solved from c = 0.4 between the bytes (0.32) and depth (0.857) ratios.
+    assert by.loc["seed", "overhead_share"] == pytest.approx((0.4 - 0.32) / (0.857 - 0.32))
+    # c = s x depth + (1 - s) x bytes tracks the fit's c for the full-width draft on both machines.
+    w0 = drafts[drafts["draft"] == "w0"].set_index("machine")
+    for name in two_machines:
+        assert w0.loc[name, "c_from_share"] == pytest.approx(w0.loc[name, "c_predicted"], rel=0.15), name
+    assert "lookup" not in set(drafts["draft"])  # no layers: no depth or bytes to place
+    text = verdict_text(machines, drafts, reported)
+    assert "the depth regime" in text and "the bytes regime" in text
+
+
+def test_the_best_draft_flips_between_machines(two_machines):
+    """A deep full-width draft with more tokens per pass wins where bytes set c; a 4-layer early exit with fewer
+    wins where per-layer overhead does, from the same (machine-independent) cells."""
+    cells = pd.DataFrame([dict(draft="w0", domain="code", k=4, tokens_per_pass=3.2, draft_layers=24, n_prompts=5,
+                               speedup_median=1.3),
+                          dict(draft="self-4", domain="code", k=4, tokens_per_pass=2.2, draft_layers=4, n_prompts=5,
+                               speedup_median=0.9)])
+    predictions, fits = [], {}
+    for name, (fit, drafts) in two_machines.items():
+        fits[name] = MachineFit(name, "auto", fit.terms, None, WIDTHS[1], drafts)
+        predictions.append(predicted_cells(fits[name], fit.verify, "w3", cells))
+    # verify costs of the largest profiled model (w3) stand in for the target's: any measured T(m)/T(1) will do
+    table = best_drafts_by_machine(pd.concat(predictions, ignore_index=True), {("bandwidth", "auto"): cells})
+    best = table.set_index("machine")
+    assert best.loc["bandwidth", "predicted_draft"] == "w0" and best.loc["overhead", "predicted_draft"] == "self-4"
+    assert best.loc["bandwidth", "measured_draft"] == "w0" and best.loc["bandwidth", "measured_speedup"] == 1.3
+    assert pd.isna(best.loc["overhead", "measured_draft"])  # it ran no cell
+
+
+def test_a_measured_c_moves_between_machines_by_their_fits(two_machines):
+    """A hybrid's c is the share of blocks that run its model times the model's c: the measured c of a cell is
+    carried to another machine by the ratio of the two machines' fitted c for the draft."""
+    fit, drafts = two_machines["overhead"]
+    fitted = drafts.set_index("draft").loc["hybrid", "c_predicted"]
+    cells = pd.DataFrame([dict(draft="hybrid", domain="code", k=4, tokens_per_pass=3.0, draft_layers=24, n_prompts=5,
+                               c_measured=0.05, c_predicted=0.2),
+                          dict(draft="w0", domain="code", k=4, tokens_per_pass=3.0, draft_layers=24, n_prompts=5,
+                               c_measured=float("nan"), c_predicted=0.3)])
+    predicted = predicted_cells(MachineFit("overhead", "auto", fit.terms, None, WIDTHS[1], drafts), fit.verify, "w3",
+                                cells).set_index("draft")
+    assert predicted.loc["hybrid", "c"] == pytest.approx(0.05 * fitted / 0.2)
+    assert predicted.loc["w0", "c"] == pytest.approx(drafts.set_index("draft").loc["w0", "c_predicted"])

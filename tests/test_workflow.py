@@ -2,6 +2,7 @@
 refused with the offending key named."""
 
 import copy
+import hashlib
 import os
 import re
 import signal
@@ -246,6 +247,31 @@ def test_a_one_domain_layer_decodes_only_that_domain(tiny_study):
 
 
 @ON_TINY_STUDY
+def test_a_machine_check_layer_adds_its_cells_to_the_study_machines(tiny_study):
+    """config/machine-check.yaml's shape: its own results_dir, the study's machines_dir, a sweep of a plain model
+    (a name under `models`, not `draft_kinds`) and of a defined draft. Its per-machine tables go next to the study's
+    fit; it reuses the study's profiles and profiles only the model the study never ran."""
+    root, config = tiny_study
+    machine_dir = next(p for p in (root / "results/machines").iterdir() if p.name != "second-fake-machine")
+    machine_dir = machine_dir.relative_to(root)
+    layer = {"results_dir": "results/check", "machines_dir": "results/machines", "drafts": ["tiny-draft0"],
+             "decoding": {"k": [2], "sampled": None},
+             "draft_sweep": {"drafts": ["tiny-draft1", "bf16"], "k": [2], "prompts_per_domain": 1}}
+    result = snakemake(root, "--dry-run", "--cores", "1", "--", "results/check/tables/drafts.csv",
+                       configfile=write_config(root / "check.yaml", layer))
+    assert result.returncode == 0, result.stderr[-3000:]
+    counts = job_counts(result.stdout)
+    profiled = [re.search(r"profiled=(\S+)", b).group(1) for b in _job_blocks(result.stdout, "profile_model")]
+    assert counts["sweep_decode"] == 2 and profiled == ["tiny-draft1"], (counts, profiled)
+    assert "measure_bandwidth" not in counts and "machine_fit" not in counts
+    outputs = [out.strip() for line in result.stdout.splitlines() if line.strip().startswith("output:")
+               for out in line.split(":", 1)[1].split(",")]
+    kept = {Path(o).name for o in outputs if o.startswith(f"{machine_dir}/")}
+    assert {"drafts.csv", "sweep_drafts_c.csv", "drafts_c.csv"} <= kept, kept
+    assert all(o.startswith(("results/check/", f"{machine_dir}/")) for o in outputs if o.startswith("results/"))
+
+
+@ON_TINY_STUDY
 def test_adding_a_draft_schedules_only_its_jobs(tiny_study):
     root, config = tiny_study
     more = copy.deepcopy(config)
@@ -391,12 +417,14 @@ def test_a_second_machine_adds_its_own_profiles_and_fit_and_overwrites_nothing(t
     root, _ = tiny_study
     first = [p for p in (root / "results/machines").iterdir()]
     assert len(first) == 1  # the machine the tiny study ran on
-    result = snakemake(root, "--dry-run", "--cores", "1", "--", "results/tables/machines.csv",
+    result = snakemake(root, "--dry-run", "--cores", "1", "--", "machine",
                        env={"SPECDEC_MACHINE": "second-fake-machine"})
     assert result.returncode == 0, result.stderr[-3000:]
     counts = job_counts(result.stdout)
-    for rule in ("time_linear_backends", "profile_model", "measure_bandwidth", "costmodel", "machines"):
+    for rule in ("time_linear_backends", "profile_model", "measure_bandwidth", "machine_fit", "machines"):
         assert counts.get(rule), (rule, counts)
+    # profiles and a fit are all a machine needs to join the verdict: no decoding, no audit
+    assert not {"decode", "sweep_decode", "costmodel"} & set(counts), counts
     outputs = [out.strip() for line in result.stdout.splitlines() if line.strip().startswith("output:")
                for out in line.split(":", 1)[1].split(",")]
     machine_outputs = [o for o in outputs if o.startswith("results/machines/")]
@@ -404,6 +432,20 @@ def test_a_second_machine_adds_its_own_profiles_and_fit_and_overwrites_nothing(t
     # the fit of every machine feeds the one verdict: the first machine's is an input of the machines table
     machines_job = _job_blocks(result.stdout, "machines")[0]
     assert f"{first[0].relative_to(root)}/auto/costmodel_terms.csv" in machines_job
+
+    # Run it: the second machine's profiles and fit appear, the first machine's files stay byte for byte.
+    before = {p: hashlib.sha256(p.read_bytes()).hexdigest() for p in first[0].rglob("*") if p.is_file()}
+    result = snakemake(root, "--cores", "1", "--", "machine", env={"SPECDEC_MACHINE": "second-fake-machine"})
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert before == {p: hashlib.sha256(p.read_bytes()).hexdigest() for p in first[0].rglob("*") if p.is_file()}
+    second = root / "results/machines/second-fake-machine/auto"
+    assert {"costmodel_terms.csv", "fitted_drafts_c.csv", "shapes.csv", "bandwidth.json"} <= {
+        p.name for p in second.iterdir()}
+    table = pd.read_csv(root / "results/tables/machines.csv")
+    assert {first[0].name, "second-fake-machine"} <= set(table["machine"])
+    assert (table[table["source"] == "fit"].groupby("machine").size() == 1).all()  # one fitted row per machine
+    drafts = pd.read_csv(root / "results/machines/second-fake-machine/auto/fitted_drafts_c.csv").set_index("draft")
+    assert drafts.loc["tiny-draft0", "c_measured_by"] == "profile" and drafts.loc["early1", "draft_layers"] == 1
 
 
 # --- interruption: kill the workflow in the middle of its decoding jobs, rerun, lose nothing ----------------------

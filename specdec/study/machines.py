@@ -27,8 +27,10 @@ MACHINE_COLUMNS = ["machine", "kernel", "source", "per_layer_overhead_ms", "per_
                    "per_layer_overhead_ms_hi", "bandwidth_eff_gb_s", "bandwidth_eff_gb_s_lo", "bandwidth_eff_gb_s_hi",
                    "read_bandwidth_gb_s", "target_step_ms", "target_overhead_ms", "target_bytes_ms", "target_fixed_ms",
                    "overhead_share", "overhead_over_layer_bytes", "regime"]
+# Per-draft c tables a machine's directory may hold, most measured first (costmodel, drafts_table, machine_fit).
+DRAFT_C_FILES = ("drafts_c.csv", "sweep_drafts_c.csv", "fitted_drafts_c.csv")
 DRAFT_COLUMNS = ["machine", "kernel", "source", "draft", "kind", "depth_ratio", "param_ratio", "c_measured",
-                 "c_predicted", "c_from_share", "depth_part_of_c"]
+                 "c_measured_by", "c_predicted", "c_from_share", "depth_part_of_c"]
 
 
 def regime(overhead_share: float) -> str:
@@ -43,6 +45,14 @@ def share_from_c(c: float, depth_ratio: float, param_ratio: float) -> float:
 def _term(terms: pd.DataFrame, name: str, m: int = 1) -> tuple[float, float, float]:
     row = terms[(terms["m"] == m) & (terms["term"] == name)].iloc[0]
     return float(row["estimate"]), float(row["lo"]), float(row["hi"])
+
+
+def _draft_c_table(path: Path) -> pd.DataFrame:
+    table = pd.read_csv(path)
+    if "c_measured_by" not in table:  # written before machine_fit existed: the decode runs measured it
+        table["c_measured_by"] = "decode"
+    table["c_measured_by"] = table["c_measured_by"].where(table["c_measured"].notna())
+    return table
 
 
 @dataclass
@@ -62,14 +72,17 @@ class MachineFit:
         """A machine's directory; `target` names the target among its shapes.csv (else: the most bytes per step)."""
         directory = Path(directory)
         bandwidth = directory / "bandwidth.json"
-        drafts = [pd.read_csv(f) for f in sorted(directory.glob("*drafts_c.csv"))]
+        # c measured in decode runs (the study's, then the sweep's) before the fit's own table (c predicted for every
+        # configured draft, c measured as profiled forwards): per draft and column, the first value there is.
+        drafts = [_draft_c_table(directory / name) for name in DRAFT_C_FILES if (directory / name).exists()]
         shapes = {r.model: ModelShape(int(r.n_layers), int(r.hidden_size), int(r.intermediate_size),
                                       int(r.vocab_size), int(r.dtype_bytes), int(r.kv_dim))
                   for r in pd.read_csv(directory / "shapes.csv").itertuples()}
         shape = shapes.get(target) or max(shapes.values(), key=lambda s: s.step_bytes)
         return cls(directory.parent.name, directory.name, pd.read_csv(directory / "costmodel_terms.csv"),
                    json.loads(bandwidth.read_text())["bytes_per_second"] if bandwidth.exists() else None, shape,
-                   pd.concat(drafts, ignore_index=True).drop_duplicates("draft") if drafts else pd.DataFrame())
+                   pd.concat(drafts, ignore_index=True).groupby("draft", as_index=False, sort=False).first()
+                   if drafts else pd.DataFrame())
 
     def summary(self) -> dict:
         a, a_lo, a_hi = _term(self.terms, "layer_overhead")
@@ -96,7 +109,8 @@ class MachineFit:
             c_share = share * r.depth_ratio + (1 - share) * r.param_ratio
             rows.append({"machine": self.machine, "kernel": self.kernel, "source": "fit", "draft": r.draft,
                          "kind": r.kind, "depth_ratio": r.depth_ratio, "param_ratio": r.param_ratio,
-                         "c_measured": r.c_measured, "c_predicted": r.c_predicted, "c_from_share": c_share,
+                         "c_measured": r.c_measured, "c_measured_by": getattr(r, "c_measured_by", None),
+                         "c_predicted": r.c_predicted, "c_from_share": c_share,
                          "depth_part_of_c": share * r.depth_ratio / c_share})
         return rows
 
@@ -112,7 +126,7 @@ def reported_rows(name: str, spec: dict) -> tuple[dict, list[dict]]:
         "target_bytes_ms": (1 - share) * spec["target_step_ms"], "overhead_share": share, "regime": regime(share)}
     draft = {"machine": name, "kernel": machine["kernel"], "source": "reported", "draft": spec.get("draft", "draft"),
              "kind": "model", "depth_ratio": spec["depth_ratio"], "param_ratio": spec["param_ratio"],
-             "c_measured": c, "c_predicted": None, "c_from_share": c,
+             "c_measured": c, "c_measured_by": "report", "c_predicted": None, "c_from_share": c,
              "depth_part_of_c": share * spec["depth_ratio"] / c}
     return machine, [draft]
 
@@ -151,24 +165,34 @@ def verdict_text(machines: pd.DataFrame, drafts: pd.DataFrame, reported: dict[st
 
 
 # --- the best draft per machine ----------------------------------------------------------------------------------
+# predicted_speedup is the decoding phase's (no prompt pass); measured_speedup the whole sequence's, next to its
+# decoding phase alone (measured_decode_speedup) where the cell measured it.
 BEST_COLUMNS = ["machine", "kernel", "domain", "predicted_draft", "predicted_k", "predicted_speedup",
-                "measured_draft", "measured_k", "measured_speedup", "predicted_for_measured_best", "n_candidates"]
+                "measured_draft", "measured_k", "measured_speedup", "measured_decode_speedup",
+                "predicted_for_measured_best", "n_candidates"]
 
 
 def predicted_cells(fit: MachineFit, verify: pd.DataFrame, target_model: str, cells: pd.DataFrame) -> pd.DataFrame:
     """For every (draft, domain, k) cell with a measured tokens per pass (hardware-independent for a greedy run),
     the decode-phase speedup this machine's costs predict: tokens per pass / (k x c + T(k+1)/T(1)), c the draft's
-    fitted cost ratio on this machine (0 for a draft without a model; the measured one where the fit has none)."""
+    cost ratio on this machine: 0 for a draft without a model; where the cell measured its c (and the fit of the
+    machine it ran on predicted one, the cell's c_predicted), that c scaled by this machine's fitted c over that one
+    (a hybrid's c is the share of blocks that run its model times the model's c; on the machine the cell ran on this
+    is its measured c); else the fitted c."""
     costs = fit.drafts.set_index("draft") if len(fit.drafts) else pd.DataFrame()
     target_verify = verify[verify["model"] == target_model].set_index("m")["estimate"]
     rows = []
     for r in cells.itertuples():
+        fitted = float(costs.loc[r.draft, "c_predicted"]) if r.draft in costs.index else float("nan")
+        measured, there = getattr(r, "c_measured", float("nan")), getattr(r, "c_predicted", float("nan"))
         if r.draft_layers == 0:
             c = 0.0
-        elif r.draft in costs.index and pd.notna(costs.loc[r.draft, "c_predicted"]):
-            c = float(costs.loc[r.draft, "c_predicted"])
-        else:
+        elif pd.isna(fitted):
             continue  # a draft this machine has no cost for
+        elif pd.notna(measured) and pd.notna(there) and there > 0:
+            c = float(measured) * fitted / float(there)
+        else:
+            c = fitted
         v = float(target_verify.get(int(r.k) + 1, float("nan")))
         rows.append({"machine": fit.machine, "kernel": fit.kernel, "draft": r.draft, "domain": r.domain,
                      "k": int(r.k), "tokens_per_pass": r.tokens_per_pass, "c": c, "verify_cost": v,
@@ -186,13 +210,14 @@ def best_drafts_by_machine(predictions: pd.DataFrame, measured: dict[tuple[str, 
         best = group.loc[group["predicted_speedup"].idxmax()]
         row = {"machine": machine, "kernel": kernel, "domain": domain, "predicted_draft": best["draft"],
                "predicted_k": int(best["k"]), "predicted_speedup": best["predicted_speedup"],
-               "measured_draft": None, "measured_k": None, "measured_speedup": None,
+               "measured_draft": None, "measured_k": None, "measured_speedup": None, "measured_decode_speedup": None,
                "predicted_for_measured_best": None, "n_candidates": len(group)}
         ran = measured.get((machine, kernel))
         if ran is not None and len(ran[ran["domain"] == domain]):
             top = ran[ran["domain"] == domain].sort_values("speedup_median").iloc[-1]
             match = group[(group["draft"] == top["draft"]) & (group["k"] == top["k"])]
             row.update(measured_draft=top["draft"], measured_k=int(top["k"]), measured_speedup=top["speedup_median"],
+                       measured_decode_speedup=top.get("decode_speedup_median"),
                        predicted_for_measured_best=float(match["predicted_speedup"].iloc[0]) if len(match) else None)
         rows.append(row)
     return pd.DataFrame(rows, columns=BEST_COLUMNS)

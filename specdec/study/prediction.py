@@ -16,7 +16,7 @@ import pandas as pd
 import torch
 
 from ..drafts import get_kind
-from .costmodel import AUDIT_KEYS, audited_step_timings, pooled_rates, predicted_speedup
+from .costmodel import AUDIT_KEYS, audited_step_timings, pooled_rates, predicted_speedup, profiled_shapes
 
 COSTMODEL_COLUMNS = ["draft", "domain", "k", "acceptance", "tokens_per_pass", "c", "verify_cost_ratio",
                      "predicted_speedup", "measured_speedup", "rel_error"]
@@ -189,7 +189,11 @@ def draft_shapes(draft_specs: dict[str, dict], profile_shapes: dict, target: str
     shapes = {}
     for name, spec in draft_specs.items():
         cost = get_kind(spec["kind"]).cost(name, spec)
-        if cost.model:
+        base = spec.get("model")
+        if cost.model and cost.model not in profile_shapes and spec.get("layers") and base in profile_shapes:
+            # a cut of a profiled model (truncated, distilled) that was not profiled itself: its base, fewer layers
+            shapes[name] = replace(profile_shapes[base], n_layers=int(spec["layers"]))
+        elif cost.model:
             shapes[name] = profile_shapes[cost.model]
             if cost.dtype:
                 shapes[name] = replace(shapes[name], dtype_bytes=getattr(torch, cost.dtype).itemsize)
@@ -230,6 +234,49 @@ def per_draft_costs(drafts: pd.DataFrame) -> pd.DataFrame:
         depth_ratio=("depth_ratio", "first"), param_ratio=("param_ratio", "first"),
         c_measured=("c_measured", "median"), c_measured_lo=("c_measured", "min"),
         c_measured_hi=("c_measured", "max"), c_predicted=("c_predicted", "first"))
+
+
+FITTED_DRAFT_COLUMNS = ["draft", "kind", "draft_layers", "target_layers", "depth_ratio", "param_ratio", "c_measured",
+                        "c_predicted", "c_measured_by"]
+
+
+def fitted_draft_costs(profiles: pd.DataFrame, target: str, draft_specs: dict[str, dict], predict_c,
+                       profiled_dtype: str = "float32") -> pd.DataFrame:
+    """Per draft, without decoding: its depth and bytes ratios, c the fit predicts (`predict_c(shape)`) and, where
+    the profiles hold what one of its steps runs (a model profiled in its own dtype, the target's first layers), c
+    measured as profiled one-token forwards (draft / target). A draft the profiles cannot price is left out."""
+    shapes = profiled_shapes(profiles)
+    target_shape = shapes[target]
+    forward = forward_seconds(profiles)
+    profiled = set(shapes)
+    priceable = {name: spec for name, spec in draft_specs.items()
+                 if _priceable(name, spec, profiled)}
+    costs = draft_costs(profiles, target, {n: s for n, s in priceable.items() if _profiled_itself(n, s, profiled)},
+                        profiled_dtype)
+    rows = []
+    for name, shape in draft_shapes(priceable, shapes, target).items():
+        seconds = costs.get(name)
+        c_measured = float(seconds.loc[1] / forward.loc[(target, 1)]) if seconds is not None else float("nan")
+        rows.append({"draft": name, "kind": priceable[name]["kind"],
+                     "draft_layers": shape.n_layers if shape else 0, "target_layers": target_shape.n_layers,
+                     "depth_ratio": shape.n_layers / target_shape.n_layers if shape else 0.0,
+                     "param_ratio": shape.step_bytes / target_shape.step_bytes if shape else 0.0,
+                     "c_measured": c_measured, "c_predicted": predict_c(shape) if shape else 0.0,
+                     "c_measured_by": "profile" if seconds is not None else None})
+    return pd.DataFrame(rows, columns=FITTED_DRAFT_COLUMNS)
+
+
+def _priceable(name: str, spec: dict, profiled: set[str]) -> bool:
+    """Whether the profiles give a draft a shape: its model (or the model it is a cut of) or the target was profiled."""
+    cost = get_kind(spec["kind"]).cost(name, spec)
+    if cost.model:
+        return cost.model in profiled or (bool(spec.get("layers")) and spec.get("model") in profiled)
+    return True  # an early exit (the target is always profiled) or no model at all
+
+
+def _profiled_itself(name: str, spec: dict, profiled: set[str]) -> bool:
+    cost = get_kind(spec["kind"]).cost(name, spec)
+    return not cost.model or cost.model in profiled
 
 
 def best_per_domain(drafts: pd.DataFrame) -> pd.DataFrame:

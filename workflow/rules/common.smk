@@ -59,9 +59,9 @@ DISTILLED_DRAFTS = drafts_made_by("distill")
 
 wildcard_constraints:
     model=one_of(config["models"], "no-model"),
-    # Any defined draft: the study runs those under `drafts`; the sweep, peers and the distribution check may name
-    # others.
-    draft=one_of(dict.fromkeys([*config["drafts"], *config.get("draft_kinds", {})]), "no-draft"),
+    # Any defined draft (a draft kind or a plain model): the study runs those under `drafts`; the sweep, peers and
+    # the distribution check may name others.
+    draft=one_of(dict.fromkeys([*config["drafts"], *config.get("draft_kinds", {}), *config["models"]]), "no-draft"),
     derived=one_of(TRUNCATED_DRAFTS, "no-truncated-draft"),
     distilled=one_of(DISTILLED_DRAFTS, "no-distilled-draft"),
     domain=one_of(config["domains"], "no-domain"),
@@ -154,8 +154,11 @@ def profiled_models(drafts):
 
 # Profiles and fits are kept per machine and engine kernel: a run on another machine adds its own directory.
 # SPECDEC_MACHINE names the machine instead (e.g. a cluster's node type, or a test's second machine).
+# machines_dir (default {results_dir}/machines) lets a layer's runs (config/machine-check.yaml) add their cells to the
+# study's machines, whose verdict reads every directory there.
 MACHINE = os.environ.get("SPECDEC_MACHINE") or machine_id(threads=THREADS)
-MACHINE_DIR = f"{R}/machines/{MACHINE}/{RUNTIME['linear_kernel']}"
+MACHINES = config.get("machines_dir") or f"{R}/machines"
+MACHINE_DIR = f"{MACHINES}/{MACHINE}/{RUNTIME['linear_kernel']}"
 
 
 def profile_files(drafts):
@@ -184,8 +187,21 @@ def profiled_kernel_input(wildcards):
 
 def measured_machine_dirs():
     """The fits of every machine measured so far (committed under results/machines/), besides this one's."""
-    found = {str(Path(p).parent) for p in glob.glob(f"{R}/machines/*/*/costmodel_terms.csv")}
+    found = {str(Path(p).parent) for p in glob.glob(f"{MACHINES}/*/*/costmodel_terms.csv")}
     return sorted(found - {MACHINE_DIR})
+
+
+def machine_fit_files():
+    """What a machine's directory must hold to join the verdict: its fit, its measured read bandwidth, its shapes."""
+    return [f"{MACHINE_DIR}/{name}" for name in
+            ("costmodel_terms.csv", "bandwidth.json", "shapes.csv", "fitted_drafts_c.csv")]
+
+
+def machine_fit_drafts():
+    """Every draft the config names (the study's, the sweep's, every draft kind, every model but the target): the
+    machine's fit prices each of them that its profiles can (machine_fit)."""
+    models = [m for m in config["models"] if m != config["target"]]
+    return list(dict.fromkeys([*config["drafts"], *sweep_drafts(), *config.get("draft_kinds", {}), *models]))
 
 
 # --- draft sweep -------------------------------------------------------------------------------------------------

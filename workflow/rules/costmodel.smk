@@ -61,6 +61,32 @@ rule measure_bandwidth:
         "../scripts/measure_bandwidth.py"
 
 
+# The fit alone, from the profiles (no decode run): what adding a machine to the verdict takes.
+rule machine_fit:
+    input:
+        # the fit: the study's models, the same set on every machine so that fits compare
+        profiles=profile_files(config["drafts"]),
+        # any other model this machine has a profile of (e.g. a truncated draft's): its c measured, not the fit
+        others=sorted(set(glob.glob(f"{MACHINE_DIR}/profiles/*.csv")) - set(profile_files(config["drafts"]))),
+    output:
+        terms=f"{MACHINE_DIR}/costmodel_terms.csv",
+        verify=f"{MACHINE_DIR}/verify_cost.csv",
+        shapes=f"{MACHINE_DIR}/shapes.csv",
+        drafts=f"{MACHINE_DIR}/fitted_drafts_c.csv",
+    params:
+        target=config["target"],
+        draft_specs={name: draft_spec(name) for name in machine_fit_drafts()},
+        plugins=PLUGINS,
+        runtime_dtype=RUNTIME["dtype"],
+        n_boot=PROFILING.get("n_boot", 1000),
+    conda:
+        SPECDEC_ENV
+    log:
+        f"{LOG}/profile/machine_fit.log",
+    script:
+        "../scripts/machine_fit.py"
+
+
 rule costmodel:
     input:
         profiles=profile_files(config["drafts"]),
@@ -79,10 +105,7 @@ rule costmodel:
                           category="Cost model"),
         audit_plot=report(f"{R}/plots/predicted_vs_measured.png", caption="../report/predicted_vs_measured.rst",
                           category="Cost model"),
-        machine_terms=f"{MACHINE_DIR}/costmodel_terms.csv",
-        machine_verify=f"{MACHINE_DIR}/verify_cost.csv",
         machine_drafts=f"{MACHINE_DIR}/drafts_c.csv",
-        machine_shapes=f"{MACHINE_DIR}/shapes.csv",
     params:
         target=config["target"],
         draft_specs={name: draft_spec(name) for name in config["drafts"]},
@@ -100,7 +123,7 @@ rule costmodel:
 
 rule machines:
     input:
-        current=[f"{MACHINE_DIR}/costmodel_terms.csv", f"{MACHINE_DIR}/bandwidth.json", f"{MACHINE_DIR}/shapes.csv"],
+        current=machine_fit_files(),
         fits=[f"{d}/costmodel_terms.csv" for d in measured_machine_dirs()],
     output:
         table=report(f"{R}/tables/machines.csv", caption="../report/machines.rst", category="Cost model"),
@@ -116,6 +139,15 @@ rule machines:
         f"{LOG}/report/machines.log",
     script:
         "../scripts/machines.py"
+
+
+# `snakemake --cores 2 machine`: this machine's profiles and fit, then the verdict across machines. A named target
+# because results/tables/machines.csv is committed: asked for by name, Snakemake keeps an existing output whose inputs
+# are missing (it takes them for deleted temporary files) and would not fit a new machine.
+rule machine:
+    input:
+        machine_fit_files(),
+        f"{R}/tables/machines.csv",
 
 
 # `snakemake --cores 2 roofline`: the target's step and verify passes against the bandwidth floor, for each linear

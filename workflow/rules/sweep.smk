@@ -56,6 +56,8 @@ rule best_drafts_by_machine:
     input:
         current=f"{MACHINE_DIR}/drafts.csv",
         others=[f"{d}/drafts.csv" for d in measured_machine_dirs() if os.path.exists(f"{d}/drafts.csv")],
+        # every machine's fit predicts every cell, measured there or not (its tokens per pass are the machine's too)
+        fits=[f"{d}/costmodel_terms.csv" for d in [MACHINE_DIR, *measured_machine_dirs()]],
     output:
         f"{R}/tables/best_drafts_by_machine.csv",
     params:

@@ -19,13 +19,17 @@ log = logging.getLogger("best_drafts_by_machine")
 
 def main(snakemake):
     with log_to(snakemake.log[0]):
-        directories = [Path(p).parent for p in [snakemake.input.current, *snakemake.input.others]]
-        measured = {(d.parent.name, d.name): pd.read_csv(d / "drafts.csv") for d in directories}
-        # Tokens per pass of a greedy cell do not depend on the machine: every machine is asked about every cell.
-        cells = pd.concat(measured.values(), ignore_index=True).drop_duplicates(["draft", "domain", "k"], keep="last")
+        ran_cells = [Path(p).parent for p in [snakemake.input.current, *snakemake.input.others]]
+        measured = {(d.parent.name, d.name): pd.read_csv(d / "drafts.csv") for d in ran_cells}
+        # Tokens per pass of a greedy cell do not depend on the machine: every machine's fit is asked about every
+        # cell, also a machine that was only profiled (machine_fit) and ran no cell.
+        # Where machines ran the same cell, the one over the most prompts speaks for it.
+        cells = (pd.concat(measured.values(), ignore_index=True).sort_values("n_prompts", kind="stable")
+                 .drop_duplicates(["draft", "domain", "k"], keep="last"))
+        fitted = [Path(p).parent for p in snakemake.input.fits]
         predictions = pd.concat([predicted_cells(MachineFit.load(d, snakemake.params.target),
                                                  pd.read_csv(d / "verify_cost.csv"), snakemake.params.target, cells)
-                                 for d in directories], ignore_index=True)
+                                 for d in fitted], ignore_index=True)
         table = best_drafts_by_machine(predictions, measured)
         log.info("predictions:\n%s\nbest:\n%s", predictions.to_string(index=False), table.to_string(index=False))
         write_csv(table, snakemake.output[0])

@@ -1,6 +1,7 @@
 """Snakemake script: fit the cost model on this machine's profiles, audit its speedup prediction against the decode
-runs, write the verdict on depth vs parameters, the roofline and the two plots; keep the fit with the machine's
-profiles (results/machines/{machine}/{kernel}/)."""
+runs, write the verdict on depth vs parameters, the roofline and the two plots; keep the drafts' c measured in the
+decode runs with the machine's profiles (results/machines/{machine}/{kernel}/drafts_c.csv; the fit itself is
+machine_fit's)."""
 
 from specdec.study.interrupt import stops_politely  # first: Ctrl-C during the imports below is polite too
 
@@ -8,8 +9,6 @@ from specdec.study.interrupt import stops_politely  # first: Ctrl-C during the i
 
 import json
 import logging
-from dataclasses import asdict
-
 import matplotlib
 
 matplotlib.use("Agg")
@@ -126,14 +125,10 @@ def main(snakemake):
                                          profiled_dtype=params.runtime_dtype)
         log.info("audit:\n%s", table.to_string(index=False))
         write_csv(table, outputs.table)
-        for path in (outputs.terms, outputs.machine_terms):
-            write_csv(fit.terms, path)
-        for path in (outputs.verify, outputs.machine_verify):
-            write_csv(fit.verify, path)
-        write_csv(machine_drafts(table, specs, shapes, params.target, fit), outputs.machine_drafts)
-        write_csv(pd.DataFrame([{"model": name, **asdict(shape)} for name, shape in shapes.items()])
-                  .rename(columns={"hidden": "hidden_size", "intermediate": "intermediate_size", "vocab": "vocab_size"}),
-                  outputs.machine_shapes)
+        write_csv(fit.terms, outputs.terms)
+        write_csv(fit.verify, outputs.verify)
+        write_csv(machine_drafts(table, specs, shapes, params.target, fit).assign(c_measured_by="decode"),
+                  outputs.machine_drafts)
         write_csv(audited_step_timings(steps[steps["setting"] == "greedy"]), outputs.timings)
         write_csv(roofline(profiles, bandwidth, params.target, steps), outputs.roofline)
         write_text(verdict_markdown(fit, verdict, table, float(params.tolerance)), outputs.verdict)

@@ -82,7 +82,8 @@ def main(snakemake):
                                ignore_index=True)
         write_csv(drafts, outputs.drafts)
         write_csv(drafts, outputs.machine_cells)  # kept with the machine's fit: the cells measured there
-        write_csv(per_draft_costs(drafts), outputs.machine_drafts)  # this machine's c per draft, for `machines`
+        # this machine's c per draft, for `machines`
+        write_csv(per_draft_costs(drafts).assign(c_measured_by="decode"), outputs.machine_drafts)
         write_csv(best_per_domain(drafts), outputs.best)
         drafts_plot(drafts, outputs.plot)
 
