@@ -1,6 +1,7 @@
 """A bf16 draft's forward by bf16 backend: torch's bf16 product ("bf16") against the AVX2 kernel reading the bf16
 weights ("avx2-bf16"), and both against the fp32 copy of the same values ("fp32-copy", what RowAdaptiveBf16Linear
-uses beyond its backend's BF16_MAX_ROWS), over m new positions after a 256-token cache, interleaved in one process,
+uses beyond its backend's BF16_MAX_ROWS) and the per-row choice the engine measures when it loads ("tuned",
+tune_row_adaptive_bf16), over m new positions after a 256-token cache, interleaved in one process,
 medians, next to the bandwidth floor of the draft's bf16 bytes (the roofline stage's loop,
 specdec/study/roofline.py). m = 1, 2 is a draft step; m of 9-64 is a hybrid draft's catch-up over prompt and
 generated tokens, which sets BF16_MAX_ROWS. Run it alone on the machine (docs/performance.md, "A bf16 draft").
@@ -13,7 +14,13 @@ import argparse
 
 import torch
 
-from specdec.kernels import available_bf16_backends, use_row_adaptive_bf16_linear
+from specdec.kernels import (
+    RowAdaptiveBf16Linear,
+    available_bf16_backends,
+    backend_spans,
+    tune_row_adaptive_bf16,
+    use_row_adaptive_bf16_linear,
+)
 from specdec.loading import load_model
 from specdec.study.profiling import memory_bandwidth
 from specdec.study.roofline import kernel_roofline
@@ -33,6 +40,22 @@ def main() -> None:
                                                                                     default=backend)
                   for backend in available_bf16_backends()}
     candidates["fp32-copy"] = lambda m: use_row_adaptive_bf16_linear(m, max_bf16_rows=0)
+
+    measured = {}
+
+    def tuned(m):  # what the engine loads with runtime.linear_kernel "auto": per shape and row count, measured once
+        use_row_adaptive_bf16_linear(m)
+        if not measured:
+            measured.update(tune_row_adaptive_bf16(m))
+            print("tuned:", {shape: backend_spans({shape: {r: n for r, n in t.items() if r != "beyond"}})[shape]
+                             | {"beyond": t["beyond"]} for shape, t in measured.items()})
+        for layer in m.modules():
+            if isinstance(layer, RowAdaptiveBf16Linear):
+                table = measured[f"{layer.out_features}x{layer.in_features}"]
+                layer.set_table({r: n for r, n in table.items() if r != "beyond"}, table["beyond"])
+        return m
+
+    candidates["tuned"] = tuned
     table = kernel_roofline(model, memory_bandwidth(), candidates, positions=args.positions, repeats=args.repeats,
                             context_length=args.context)
     print(table[["candidate", "m", "seconds", "over_floor", "over_m1"]].round(4).to_string(index=False))

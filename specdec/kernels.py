@@ -9,8 +9,8 @@ measured on the machine itself (`time_backends` + `fastest_backends`: `runtime.l
 fp32 backends: "linear" (torch's F.linear), "weight_major" (W @ xᵀ, the weight as the left operand), "avx2"
 (specdec/_linear.c: every weight read once for 1-16 rows; built by the install where a C compiler is there, used
 only on CPUs with AVX2 and FMA). A bf16 layer (a draft held in bf16) uses RowAdaptiveBf16Linear instead, on torch's
-bf16 product or the same C kernel reading bf16 weights ("avx2-bf16"), whichever `choose_bf16_backends` measures
-faster for the shape.
+bf16 product, the same C kernel reading bf16 weights ("avx2-bf16") or an fp32 copy of the same values, per shape and
+row count whichever `tune_row_adaptive_bf16` measures fastest when the model loads.
 """
 
 from __future__ import annotations
@@ -111,6 +111,8 @@ class WeightMajorLinear(BackendLinear):
 # Products of a bf16 weight: torch's own bf16 product; the AVX2 kernel reading the bf16 weights.
 BF16_PRODUCTS: dict[str, Callable] = {"bf16": _linear_backend, "avx2-bf16": _avx2_bf16}
 BF16_BACKENDS = tuple(BF16_PRODUCTS)
+# What a bf16 layer can run a product on: a bf16 product, or the fp32 copy of the same values.
+BF16_CHOICES = (*BF16_BACKENDS, "bf16-as-fp32")
 # Rows up to which each bf16 product beats the fp32 copy on the AMD machines (bench/bf16_draft_step.py --positions,
 # docs/performance.md, "A bf16 draft"): torch's emulated bf16 product falls behind past ~8 rows; the AVX2 kernel
 # (every bf16 weight read once per 16 rows) stays ahead to 24-40 rows (a hybrid's catch-up), behind from ~48.
@@ -123,46 +125,67 @@ def available_bf16_backends() -> list[str]:
 
 
 class RowAdaptiveBf16Linear(nn.Module):
-    """A bf16 linear layer that computes products of many rows with an fp32 copy of the same weight values.
+    """A bf16 linear layer whose product runs, by row count, on torch's bf16 product, the AVX2 kernel reading the
+    bf16 weights, or an fp32 copy of the same values.
 
-    On a CPU without native bf16 arithmetic (this project's AMD machines: no AVX-512 BF16), a bf16 product of one
-    row costs about a third of the fp32 one (half the bytes to read), but a product of many rows is compute-bound
-    and emulated: a bf16 draft's prompt pass took 2.7x its fp32 time. Rows up to `max_bf16_rows` (default: the
-    backend's BF16_MAX_ROWS) read the bf16
-    weight, on `backend`: "bf16" (torch's product) or "avx2-bf16" (specdec/_linear.c widens each weight to fp32 in
-    registers: 1.2-1.3x the bandwidth floor where torch's bf16 product takes 1.9-2.3x on the AMD machines; torch's
-    may win where AMX does bf16 natively, so `choose_bf16_backends` measures). More rows use `weight.float()`, which
-    holds exactly the same values, and the result is rounded back to bf16. Either way the layer is the bf16 model;
-    only the accumulation differs, which no exactness argument relies on (a draft's q is whatever it computed)."""
+    Which is fastest depends on the machine and on the rows. On a CPU without native bf16 arithmetic (this project's
+    AMD machines) torch's bf16 product of one row reads half the fp32 bytes but many rows are emulated and slow (a
+    bf16 draft's prompt pass took 2.7x its fp32 time), while the AVX2 kernel ("avx2-bf16", specdec/_linear.c widens
+    each weight to fp32 in registers) runs one row at 1.2-1.3x the bandwidth floor; on an Intel Xeon with AMX torch's
+    bf16 product costs the same for 1 and 32 rows. `tune_row_adaptive_bf16` measures the three on the machine and
+    sets a table per row count (set_table). Without one: `backend` up to `max_bf16_rows` (default: the backend's
+    BF16_MAX_ROWS), the fp32 copy (`weight.float()`: exactly the same values, the result rounded back to bf16)
+    beyond. Either way the layer is the bf16 model; only the accumulation differs, which no exactness argument relies
+    on (a draft's q is whatever it computed)."""
 
-    def __init__(self, linear: nn.Linear, max_bf16_rows: int | None = None, backend: str = "bf16"):
+    def __init__(self, linear: nn.Linear, max_bf16_rows: int | None = None, backend: str = "bf16",
+                 table: Mapping[int, str] | None = None, beyond: str = "bf16-as-fp32"):
         super().__init__()
         if linear.weight.dtype != torch.bfloat16:
             raise TypeError(f"RowAdaptiveBf16Linear wraps a bfloat16 nn.Linear, got {linear.weight.dtype}")
         if backend not in BF16_BACKENDS:
             raise ValueError(f"unknown bf16 backend {backend!r}; known: {BF16_BACKENDS}")
-        if backend not in available_bf16_backends():
+        unknown = {*(table or {}).values(), beyond} - set(BF16_CHOICES)
+        if unknown:
+            raise ValueError(f"unknown bf16 product(s) {sorted(unknown)}; known: {BF16_CHOICES}")
+        if "avx2-bf16" in {backend, *(table or {}).values(), beyond} and "avx2-bf16" not in available_bf16_backends():
             raise RuntimeError("the avx2-bf16 backend is not available here (specdec._linear not built, or a CPU "
                                "without AVX2 and FMA)")
         self.in_features, self.out_features = linear.in_features, linear.out_features
         self.max_bf16_rows = BF16_MAX_ROWS[backend] if max_bf16_rows is None else max_bf16_rows
         self.backend = backend
+        self.set_table(table, beyond)
         self.weight, self.bias = linear.weight, linear.bias
         # Not Parameters: kept out of state_dict and of parameter counts; 2x the bf16 weight's memory.
         self.weight_fp32 = linear.weight.detach().float()
         self.bias_fp32 = None if linear.bias is None else linear.bias.detach().float()
 
+    def set_table(self, table: Mapping[int, str] | None, beyond: str = "bf16-as-fp32") -> None:
+        """Measured choices (`tune_row_adaptive_bf16`): row count -> product for the timed row counts, which the
+        counts between them share with the timed count below; `beyond` for more rows than the largest timed count.
+        Without a table: `backend` up to max_bf16_rows, the fp32 copy beyond."""
+        self.table = dict(sorted((int(rows), name) for rows, name in (table or {}).items()))
+        self.beyond = beyond
+
     def backend_for(self, rows: int) -> str:
-        return self.backend if rows <= self.max_bf16_rows else "bf16-as-fp32"
+        if not self.table:
+            return self.backend if rows <= self.max_bf16_rows else "bf16-as-fp32"
+        if rows > max(self.table):
+            return self.beyond
+        below = [timed for timed in self.table if timed <= rows]
+        return self.table[below[-1] if below else min(self.table)]
+
+    def product(self, name: str, x: torch.Tensor) -> torch.Tensor:
+        """x (rows x in_features) times the weight on the product `name` (BF16_CHOICES); fp32 or bf16 result."""
+        if name == "bf16-as-fp32":
+            return _weight_major(x.float(), self.weight_fp32, self.bias_fp32)
+        if name == "avx2-bf16":
+            return _avx2_bf16(x, self.weight, self.bias_fp32)
+        return nn.functional.linear(x, self.weight, self.bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         rows = x.numel() // self.in_features
-        if rows > self.max_bf16_rows:
-            out = _weight_major(x.reshape(rows, self.in_features).float(), self.weight_fp32, self.bias_fp32)
-        elif self.backend == "avx2-bf16":
-            out = _avx2_bf16(x.reshape(rows, self.in_features), self.weight, self.bias_fp32)
-        else:
-            return nn.functional.linear(x, self.weight, self.bias)
+        out = self.product(self.backend_for(rows), x.reshape(rows, self.in_features))
         return out.reshape(*x.shape[:-1], self.out_features).to(x.dtype)
 
 
@@ -179,21 +202,11 @@ def _replace_linears(model: nn.Module, make: Callable[[nn.Linear], nn.Module | N
 def use_row_adaptive_bf16_linear(model: nn.Module, max_bf16_rows: int | None = None,
                                  backends: Mapping[str, str] | None = None, default: str = "bf16") -> nn.Module:
     """Replace every bfloat16 nn.Linear of `model` in place (see RowAdaptiveBf16Linear), each on its shape's backend
-    from `backends` ("out x in" -> "bf16" or "avx2-bf16", e.g. from `choose_bf16_backends`), else on `default`."""
+    from `backends` ("out x in" -> "bf16" or "avx2-bf16"), else on `default`; `tune_row_adaptive_bf16` then sets
+    measured choices per row count."""
     return _replace_linears(model, lambda linear: RowAdaptiveBf16Linear(
         linear, max_bf16_rows, (backends or {}).get(shape_key(linear), default))
         if linear.weight.dtype == torch.bfloat16 else None)
-
-
-def choose_bf16_backends(model: nn.Module, repeats: int = 3, log: Callable[[str], None] = lambda _: None
-                         ) -> dict[str, str]:
-    """Per weight shape of the model's bf16 layers, the bf16 backend fastest for one row (a draft step), timed now
-    on the model's own weights (`time_backends`); "bf16" everywhere where the AVX2 kernel is not available. Takes
-    well under a second for a 0.5B draft."""
-    if available_bf16_backends() == ["bf16"]:
-        return {key: "bf16" for key in _layers_by_shape(model, torch.bfloat16)}
-    timings = time_backends(model, rows=[1], repeats=repeats, dtype=torch.bfloat16, log=log)
-    return {key: table[1] for key, table in fastest_backends(timings).items()}
 
 
 def use_weight_major_linear(model: nn.Module) -> nn.Module:
@@ -272,33 +285,72 @@ def time_backends(model: nn.Module, rows: Iterable[int] = range(1, 10), repeats:
                   dtype: torch.dtype = torch.float32) -> list[dict]:
     """Seconds per product, by weight shape, row count and backend, on the model's own weights of `dtype`: fp32
     (BACKENDS; default: every one this machine has) or bf16 (BF16_PRODUCTS; default: every available one).
-
-    Every weight of a shape is used in turn (a layer's weights are long out of cache when its turn comes back, as in
-    a decoding step), and the backends are interleaved within each repeat, so that a slow moment of a shared machine
-    hits all of them. One row per (shape, rows, backend): the median seconds of one product and the bytes read."""
+    One row per (shape, rows, backend): the median seconds of one product and the bytes read (`_time_products`)."""
     products = BACKENDS if dtype == torch.float32 else BF16_PRODUCTS
     backends = list(backends or (available_backends() if dtype == torch.float32 else available_bf16_backends()))
+    return _time_products(_layers_by_shape(model, dtype), rows, repeats, backends,
+                          lambda name, layer, x: products[name](x, layer.weight, layer.bias), dtype, log)
+
+
+def _time_products(groups: Mapping[str, list[nn.Module]], rows: Iterable[int], repeats: int, names: list[str],
+                   run: Callable[[str, nn.Module, torch.Tensor], torch.Tensor], dtype: torch.dtype,
+                   log: Callable[[str], None]) -> list[dict]:
+    """Every weight of a shape is used in turn (a layer's weights are long out of cache when its turn comes back, as
+    in a decoding step), and the products are interleaved within each repeat, so that a slow moment of a shared
+    machine hits all of them."""
     results = []
-    for key, layers in _layers_by_shape(model, dtype).items():
+    for key, layers in groups.items():
         in_features = layers[0].in_features
         for m in rows:
             x = torch.randn(m, in_features).to(dtype)
-            seconds = {name: [] for name in backends}
-            for name in backends:  # first calls pick kernels and allocate: not timed
-                products[name](x, layers[0].weight, layers[0].bias)
+            seconds = {name: [] for name in names}
+            for name in names:  # first calls pick kernels and allocate: not timed
+                run(name, layers[0], x)
             for repeat in range(repeats):
-                for name in backends[repeat % len(backends):] + backends[:repeat % len(backends)]:
+                for name in names[repeat % len(names):] + names[:repeat % len(names)]:
                     for layer in layers:
                         start = time.perf_counter()
-                        products[name](x, layer.weight, layer.bias)
+                        run(name, layer, x)
                         seconds[name].append(time.perf_counter() - start)
             nbytes = layers[0].weight.numel() * layers[0].weight.element_size()
             for name, times in seconds.items():
                 results.append({"shape": key, "layers": len(layers), "rows": m, "backend": name,
                                 "seconds": statistics.median(times), "bytes": nbytes})
             log(f"{key} x{len(layers)} rows {m}: " + ", ".join(
-                f"{r['backend']} {r['seconds'] * 1e3:.2f} ms" for r in results[-len(backends):]))
+                f"{r['backend']} {r['seconds'] * 1e3:.2f} ms" for r in results[-len(names):]))
     return results
+
+
+# Row counts a bf16 layer's products are timed at when it loads: draft steps (1-2), verify-sized catch-ups (4-8),
+# a hybrid's catch-ups over tokens lookup drafted (16-32). More rows (a prompt pass) take the faster of the two
+# products that scale with rows (torch's bf16, the fp32 copy) at the largest count: the AVX2 kernel reads every
+# weight once per 16 rows and falls behind both there.
+BF16_TUNED_ROWS = (1, 2, 4, 8, 16, 32)
+
+
+@torch.inference_mode()
+def tune_row_adaptive_bf16(model: nn.Module, rows: Iterable[int] = BF16_TUNED_ROWS, repeats: int = 2,
+                           log: Callable[[str], None] = lambda _: None) -> dict[str, dict[int, str]]:
+    """Time torch's bf16 product, the AVX2 kernel on the bf16 weights (where there is one) and the fp32 copy on the
+    model's own RowAdaptiveBf16Linear layers at each of `rows`, per weight shape, and give every layer its shape's
+    fastest per row count (set_table). Which wins depends on the machine: on the AMD EPYC (no native bf16) torch's
+    bf16 product loses past a few rows, on an Intel Xeon with AMX it is flat from 1 to 32 rows
+    (docs/performance.md). Returns the tables ("out x in" -> {rows: product, "beyond": product})."""
+    groups = {key: [m for m in layers if isinstance(m, RowAdaptiveBf16Linear)]
+              for key, layers in _layers_by_shape(model, torch.bfloat16).items()}
+    groups = {key: layers for key, layers in groups.items() if layers}
+    names = [*available_bf16_backends(), "bf16-as-fp32"]
+    rows = sorted(rows)
+    timings = _time_products(groups, rows, repeats, names, lambda name, layer, x: layer.product(name, x),
+                             torch.bfloat16, log)
+    tables = fastest_backends(timings)
+    scaling = fastest_backends([t for t in timings if t["rows"] == rows[-1] and t["backend"] != "avx2-bf16"])
+    for key, layers in groups.items():
+        beyond = scaling[key][rows[-1]]
+        for layer in layers:
+            layer.set_table(tables[key], beyond)
+        tables[key] = {**tables[key], "beyond": beyond}
+    return tables
 
 
 def fastest_backends(timings: Iterable[Mapping]) -> dict[str, dict[int, str]]:

@@ -16,9 +16,9 @@ import torch
 from .errors import InvalidModelDirError, VocabularyMismatchError
 from .kernels import (
     available_backends,
-    choose_bf16_backends,
     fastest_backends,
     time_backends,
+    tune_row_adaptive_bf16,
     use_backends,
     use_row_adaptive_bf16_linear,
 )
@@ -90,11 +90,12 @@ def load_for_decoding(model_dir, runtime: Runtime, backend_tables: dict[str, dic
     if runtime.device != "cpu" or runtime.linear_kernel == "default":
         return model, tokenizer
     if runtime.dtype == "bfloat16":
-        # few rows read the bf16 weights (torch's product or the AVX2 kernel, measured now unless one is named);
-        # many rows (a prompt pass) run on an fp32 copy of the same values
-        backends = choose_bf16_backends(model, log=log) if runtime.linear_kernel == "auto" else None
-        return use_row_adaptive_bf16_linear(model, backends=backends,
-                                            default="avx2-bf16" if runtime.linear_kernel == "avx2" else "bf16"), tokenizer
+        # few rows read the bf16 weights (torch's product or the AVX2 kernel), many rows (a prompt pass) run on an
+        # fp32 copy of the same values or torch's bf16 product; with "auto" measured now per shape and row count
+        model = use_row_adaptive_bf16_linear(model, default="avx2-bf16" if runtime.linear_kernel == "avx2" else "bf16")
+        if runtime.linear_kernel == "auto":
+            tune_row_adaptive_bf16(model, log=log)
+        return model, tokenizer
     if runtime.linear_kernel == "auto":
         if backend_tables is None:
             backend_tables = fastest_backends(time_backends(model, log=log))

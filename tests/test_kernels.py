@@ -1,5 +1,7 @@
 """The CPU linear fast paths keep the layer's weights: same outputs as the plain layer, swapped in and out."""
 
+import copy
+
 import pytest
 import torch
 from torch import nn
@@ -115,7 +117,12 @@ def test_the_avx2_kernel_over_several_k_tiles_and_input_passes():
 
 
 # --- bf16 layers: torch's product or the AVX2 kernel reading bf16 weights -----------------------------------------
-from specdec.kernels import BF16_BACKENDS, BF16_MAX_ROWS, available_bf16_backends, choose_bf16_backends  # noqa: E402
+from specdec.kernels import (  # noqa: E402
+    BF16_CHOICES,
+    BF16_MAX_ROWS,
+    available_bf16_backends,
+    tune_row_adaptive_bf16,
+)
 
 
 @pytest.mark.parametrize("bias", [True, False])
@@ -146,13 +153,43 @@ def test_each_bf16_backend_reads_the_bf16_weights_up_to_its_own_row_limit():
     assert BF16_MAX_ROWS["avx2-bf16"] >= 32 > BF16_MAX_ROWS["bf16"]
 
 
-def test_bf16_backends_are_chosen_per_shape_by_timing_and_used():
+def test_bf16_products_are_chosen_per_shape_and_row_count_by_timing_and_used():
     model = tiny_qwen2(vocab_size=64, hidden_size=32, seed=0).to(torch.bfloat16)
-    choice = choose_bf16_backends(model, repeats=1)
-    assert set(choice) == {"32x32", "16x32", "64x32", "32x64"} and set(choice.values()) <= set(BF16_BACKENDS)
-    if "avx2" not in available_backends():
-        assert set(choice.values()) == {"bf16"}
-    use_row_adaptive_bf16_linear(model, backends=choice)
-    assert {m.backend_for(1) for m in model.modules() if isinstance(m, RowAdaptiveBf16Linear)} == set(choice.values())
+    reference = copy.deepcopy(model)
+    use_row_adaptive_bf16_linear(model)
+    tables = tune_row_adaptive_bf16(model, rows=(1, 4, 16), repeats=1)
+    assert set(tables) == {"32x32", "16x32", "64x32", "32x64"}
+    for table in tables.values():
+        assert set(table) == {1, 4, 16, "beyond"} and set(table.values()) <= set(BF16_CHOICES)
+        assert table["beyond"] != "avx2-bf16"  # past the timed rows only the products that scale with rows
+        if "avx2" not in available_backends():
+            assert "avx2-bf16" not in table.values()
+    layers = [m for m in model.modules() if isinstance(m, RowAdaptiveBf16Linear)]
+    for layer in layers:  # every layer runs its shape's measured choice; counts between timed ones share the one below
+        table = tables[f"{layer.out_features}x{layer.in_features}"]
+        assert [layer.backend_for(r) for r in (1, 3, 4, 15, 16, 17, 500)] == [
+            table[1], table[1], table[4], table[4], table[16], table["beyond"], table["beyond"]]
+    # whatever was chosen, the layers compute the bf16 model: the logits of torch's own bf16 layers, up to
+    # fp32-vs-bf16 accumulation (a few bf16 steps here and there; a wrong product would be off everywhere)
+    ids = torch.randint(0, 64, (1, 20))
+    with torch.inference_mode():
+        difference = (model(ids).logits.float() - reference(ids).logits.float()).abs()
+    assert difference.mean() < 0.05 and difference.max() < 0.3, (difference.mean(), difference.max())
+    with pytest.raises(ValueError, match="unknown bf16 product"):
+        RowAdaptiveBf16Linear(nn.Linear(4, 4).to(torch.bfloat16), table={1: "amx"})
     with pytest.raises(ValueError, match="unknown bf16 backend"):
         RowAdaptiveBf16Linear(nn.Linear(4, 4).to(torch.bfloat16), backend="amx")
+
+
+def test_a_bf16_table_picks_the_timed_count_below_and_beyond_the_largest_its_own_product():
+    torch.manual_seed(4)
+    linear = nn.Linear(24, 40).to(torch.bfloat16)
+    layer = RowAdaptiveBf16Linear(linear, table={1: "bf16", 8: "bf16-as-fp32"}, beyond="bf16")
+    assert [layer.backend_for(r) for r in (1, 7, 8, 9, 300)] == ["bf16", "bf16", "bf16-as-fp32", "bf16", "bf16"]
+    for rows, product in ((3, "bf16"), (8, "bf16-as-fp32"), (40, "bf16")):
+        x = torch.randn(1, rows, 24).to(torch.bfloat16)
+        expected = (linear(x) if product == "bf16" else
+                    nn.functional.linear(x.float(), linear.weight.float(), linear.bias.float()).to(torch.bfloat16))
+        assert torch.equal(layer(x), expected), rows
+    layer.set_table(None)  # no table: the backend up to max_bf16_rows, the fp32 copy beyond
+    assert layer.backend_for(BF16_MAX_ROWS["bf16"] + 1) == "bf16-as-fp32"
