@@ -1,6 +1,8 @@
 """The cost model: fits on synthetic profiles with known terms, the verdict, the speedup algebra, the audit of a
 hand-made steps table, and the profiler on a tiny random model."""
 
+import dataclasses
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -419,6 +421,27 @@ def test_fitted_draft_costs_price_every_draft_the_profiles_can(two_machines):
     assert by.loc["w0-cut6", "depth_ratio"] == pytest.approx(6 / 28)
     assert by.loc["self-4", "draft_layers"] == 4 and by.loc["lookup", "c_predicted"] == 0.0
     assert np.isnan(by.loc["hybrid", "c_measured"])  # a mix of lookup and model: its blocks measure it
+
+
+def test_a_cut_that_was_not_profiled_takes_the_c_of_a_profiled_cut_with_its_shapes():
+    # w2 is w0's first 6 layers, profiled as a model of its own (a truncated draft's directory); a distilled 6-layer
+    # cut of w0 runs the same products over the same bytes, a 12-layer cut does not, nor does a hybrid.
+    shapes = [WIDTHS[0], WIDTHS[1], dataclasses.replace(WIDTHS[0], n_layers=6)]
+    profile = synthetic_profile(BANDWIDTH_BOUND, shapes=shapes, seed=2)
+    profile = profile.assign(kv_dim=profile["model"].map({f"w{i}": s.kv_dim for i, s in enumerate(shapes)}))
+    specs = {"w0": {"kind": "model", "model": "w0"}, "w2": {"kind": "truncated", "model": "w0", "layers": 6},
+             "cut6-distilled": {"kind": "distilled", "model": "w0", "layers": 6},
+             "cut12-distilled": {"kind": "distilled", "model": "w0", "layers": 12},
+             "hybrid-fp32": {"kind": "hybrid", "model": "w0"}}
+    fit = fit_cost_model(profile, n_boot=50)
+    target = profiled_shapes(profile)["w1"]
+    by = fitted_draft_costs(profile, "w1", specs,
+                            lambda s: predict_draft_cost_ratio(fit, s, target)).set_index("draft")
+    assert by.loc["w2", "c_measured_by"] == "profile"
+    assert by.loc["cut6-distilled", "c_measured"] == by.loc["w2", "c_measured"]
+    assert by.loc["cut6-distilled", "c_measured_by"] == "profile of w2"
+    assert np.isnan(by.loc["cut12-distilled", "c_measured"]) and pd.isna(by.loc["cut12-distilled", "c_measured_by"])
+    assert np.isnan(by.loc["hybrid-fp32", "c_measured"])  # w0's shape is profiled, but its blocks are not a forward
 
 
 def write_machine_dir(directory, fit, drafts: pd.DataFrame, profile: pd.DataFrame):

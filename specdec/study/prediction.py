@@ -244,7 +244,10 @@ def fitted_draft_costs(profiles: pd.DataFrame, target: str, draft_specs: dict[st
                        profiled_dtype: str = "float32") -> pd.DataFrame:
     """Per draft, without decoding: its depth and bytes ratios, c the fit predicts (`predict_c(shape)`) and, where
     the profiles hold what one of its steps runs (a model profiled in its own dtype, the target's first layers), c
-    measured as profiled one-token forwards (draft / target). A draft the profiles cannot price is left out."""
+    measured as profiled one-token forwards (draft / target). A draft whose own model was not profiled but whose
+    shapes are a profiled draft's (a distilled cut beside the truncated cut of the same layers: the same products
+    over the same bytes) takes that draft's c, marked "profile of <draft>". A draft the profiles cannot price is
+    left out."""
     shapes = profiled_shapes(profiles)
     target_shape = shapes[target]
     forward = forward_seconds(profiles)
@@ -253,16 +256,24 @@ def fitted_draft_costs(profiles: pd.DataFrame, target: str, draft_specs: dict[st
                  if _priceable(name, spec, profiled)}
     costs = draft_costs(profiles, target, {n: s for n, s in priceable.items() if _profiled_itself(n, s, profiled)},
                         profiled_dtype)
+    draft_shape = draft_shapes(priceable, shapes, target)
+    measured = {name: float(costs[name].loc[1] / forward.loc[(target, 1)])
+                for name in draft_shape if costs.get(name) is not None}
+    profiled_by_shape = {draft_shape[name]: name for name in measured if draft_shape[name] is not None}
     rows = []
-    for name, shape in draft_shapes(priceable, shapes, target).items():
-        seconds = costs.get(name)
-        c_measured = float(seconds.loc[1] / forward.loc[(target, 1)]) if seconds is not None else float("nan")
+    for name, shape in draft_shape.items():
+        c_measured, measured_by = measured.get(name, float("nan")), "profile" if name in measured else None
+        spec = priceable[name]
+        one_forward = not get_kind(spec["kind"]).cost(name, spec).measured  # a hybrid's blocks are not one forward
+        if measured_by is None and one_forward and shape in profiled_by_shape:
+            twin = profiled_by_shape[shape]
+            c_measured, measured_by = measured[twin], f"profile of {twin}"
         rows.append({"draft": name, "kind": priceable[name]["kind"],
                      "draft_layers": shape.n_layers if shape else 0, "target_layers": target_shape.n_layers,
                      "depth_ratio": shape.n_layers / target_shape.n_layers if shape else 0.0,
                      "param_ratio": shape.step_bytes / target_shape.step_bytes if shape else 0.0,
                      "c_measured": c_measured, "c_predicted": predict_c(shape) if shape else 0.0,
-                     "c_measured_by": "profile" if seconds is not None else None})
+                     "c_measured_by": measured_by})
     return pd.DataFrame(rows, columns=FITTED_DRAFT_COLUMNS)
 
 
