@@ -47,7 +47,7 @@ from specdec.study.prediction import (
     profiled_costmodel_table,
     roofline,
 )
-from specdec.study.profiling import memory_bandwidth, param_bytes, profile_model
+from specdec.study.profiling import memory_bandwidth, param_bytes, profile_model, profile_models
 from specdec.testing import tiny_qwen2
 
 POSITIONS = (1, 2, 3, 5, 9)
@@ -283,6 +283,27 @@ def test_profile_model_on_tiny_model(tiny_profiles):
     # Two widths are enough for a fit.
     fit = fit_cost_model(pd.concat(tables.values()), n_boot=50)
     assert np.isfinite(fit.terms["estimate"]).all() and set(fit.verify["model"]) == {"narrow", "wide"}
+
+
+def test_profile_models_interleaves_the_models_repeat_by_repeat(tiny_profiles):
+    models, _ = tiny_profiles
+    calls = []  # (model, new positions) of every forward, in the order they ran
+    handles = [model.register_forward_pre_hook(lambda _, args, kwargs, name=name: calls.append(
+        (name, kwargs["input_ids"].shape[1])), with_kwargs=True) for name, model in models.items()]
+    try:
+        tables = profile_models(models, context_length=16, positions=(1, 2), repeats=4, warmup=0)
+    finally:
+        for handle in handles:
+            handle.remove()
+    timed = [name for name, m in calls if m <= 2]  # the 16-token cache fills are not timed
+    # Each repeat times every model once (2 forwards each); the order of models turns round from one repeat to the next.
+    assert timed == ["narrow"] * 2 + ["wide"] * 2 + ["wide"] * 2 + ["narrow"] * 2 + ["narrow"] * 2 + ["wide"] * 2 \
+        + ["wide"] * 2 + ["narrow"] * 2
+    assert set(tables) == {"narrow", "wide"} and (tables["wide"]["model"] == "wide").all()
+    assert set(tables["narrow"]["repeat"]) == {0, 1, 2, 3}
+    assert tables["wide"]["hidden_size"].iloc[0] == 64 and tables["narrow"]["hidden_size"].iloc[0] != 64
+    with pytest.raises(ValueError, match="no model"):
+        profile_models({})
 
 
 def test_memory_bandwidth_is_positive():

@@ -270,7 +270,7 @@ def test_toy_kind_runs_through_the_workflow(tmp_path):
     write_config(tmp_path / "config.yaml", config)
     env_path = os.pathsep.join([str(Path(__file__).parent), os.environ.get("PYTHONPATH", "")])
     result = snakemake(tmp_path, "--cores", "2", "--set-threads", "decode=1", "profile_model=1",
-                       "measure_bandwidth=1", "--", "all", "sweep", env={"PYTHONPATH": env_path})
+                       "profile_fit_models=1", "measure_bandwidth=1", "--", "all", "sweep", env={"PYTHONPATH": env_path})
     assert result.returncode == 0, result.stderr[-4000:]
     assert yaml.safe_load((tmp_path / "config.yaml").read_text())["plugins"] == [Path(__file__).stem]
     identity = pd.read_csv(tmp_path / "results/tables/greedy_identity.csv")

@@ -3,7 +3,8 @@
 `profile_model` times the embedding, every decoder layer, the final norm, the LM head and the whole forward of a
 Hugging Face Qwen2-style causal LM (`model.model.embed_tokens`, `model.model.layers[i]`, `model.model.norm`,
 `model.lm_head`) for m new positions on top of a cache of `context_length` tokens, as a verify pass over m = k + 1
-positions (or a one-token step, m = 1) runs them. `memory_bandwidth` measures the machine's read bandwidth. The
+positions (or a one-token step, m = 1) runs them; `profile_models` does it for several models interleaved, as the
+fit across them needs. `memory_bandwidth` measures the machine's read bandwidth. The
 tables feed `specdec.costmodel.fit_cost_model`.
 """
 
@@ -69,7 +70,86 @@ def _model_shape(model) -> dict:
             "dtype_bytes": weight.element_size(), "kv_dim": config.num_key_value_heads * head_dim}
 
 
+class _ProfileSession:
+    """One model made ready to be timed: its cache filled to `context_length` tokens, hooks on its components; each
+    `time_repeat` times one forward per m and leaves the cache as it found it."""
+
+    def __init__(self, model, context_length: int, positions: Sequence[int], seed: int):
+        self.model, self.context_length, self.positions = model, context_length, list(positions)
+        self.sync = _sync_for(next(model.parameters()).device)
+        self.shape = _model_shape(model)
+        components = _components(model)
+        self.sizes = {(c, layer): param_bytes(module) for c, layer, module in components}
+        self.sizes[("forward", None)] = param_bytes(model)
+        generator = torch.Generator().manual_seed(seed)
+        tokens = torch.randint(0, self.shape["vocab_size"], (1, context_length + max(positions)), generator=generator)
+        self.tokens = tokens.to(next(model.parameters()).device)
+        self.cache = DynamicCache(config=model.config)
+        model(input_ids=self.tokens[:, :context_length], cache=self.cache, use_cache=True, logits_to_keep=1)
+        self.timer = _HookTimer(components, self.sync)
+        self.rows: list[dict] = []
+
+    def _timed(self, m: int) -> dict:
+        ids = self.tokens[:, self.context_length:self.context_length + m]
+        self.timer.seconds = {}
+        self.sync()
+        start = time.perf_counter()
+        self.model(input_ids=ids, cache=self.cache, use_cache=True, logits_to_keep=m)
+        self.sync()
+        whole = time.perf_counter() - start
+        self.cache.crop(-m)  # back to context_length, so every measurement sees the same cache
+        return {**self.timer.seconds, ("forward", None): whole}
+
+    def warm_up(self):
+        for m in self.positions:
+            self._timed(m)
+
+    def time_repeat(self, repeat: int):
+        # Interleave m and rotate its order per repeat: drifts of a shared machine spread over every m.
+        shift = repeat % len(self.positions)
+        for m in self.positions[shift:] + self.positions[:shift]:
+            for (component, layer), seconds in self._timed(m).items():
+                self.rows.append({"component": component, "layer": layer, "m": m, "repeat": repeat,
+                                  "seconds": seconds, "param_bytes": self.sizes[(component, layer)]})
+
+    def close(self):
+        self.timer.remove()
+
+    def table(self, name: str) -> pd.DataFrame:
+        table = pd.DataFrame(self.rows).assign(**self.shape, context_length=self.context_length, model=name)
+        table["layer"] = table["layer"].astype("Int64")
+        return table[PROFILE_COLUMNS].sort_values(["m", "repeat"], kind="stable").reset_index(drop=True)
+
+
 @torch.inference_mode()
+def profile_models(models: dict, context_length: int = 128, positions: Sequence[int] = tuple(range(1, 10)),
+                   repeats: int = 5, warmup: int = 1, seed: int = 0) -> dict[str, pd.DataFrame]:
+    """`profile_model` for several models at once ({name: model} -> {name: table}), interleaved: every repeat times
+    each model in turn (the order rotated per repeat), so a drift of the shared machine lands on all of them alike
+    instead of on whichever model happened to run during it. The cost-model fit compares layers of different widths
+    across models; profiled one after the other, the same layer shape measured up to 17% apart on one machine."""
+    if context_length < 1 or repeats < 1 or warmup < 0 or not positions or min(positions) < 1:
+        raise ValueError("need context_length >= 1, repeats >= 1, warmup >= 0 and positions >= 1")
+    if not models:
+        raise ValueError("no model to profile")
+    sessions: dict[str, _ProfileSession] = {}
+    try:
+        for name, model in models.items():
+            sessions[name] = _ProfileSession(model, context_length, positions, seed)
+        names = list(sessions)
+        for _ in range(warmup):
+            for name in names:
+                sessions[name].warm_up()
+        for repeat in range(repeats):
+            shift = repeat % len(names)
+            for name in names[shift:] + names[:shift]:
+                sessions[name].time_repeat(repeat)
+    finally:
+        for session in sessions.values():
+            session.close()
+    return {name: session.table(name) for name, session in sessions.items()}
+
+
 def profile_model(model, context_length: int = 128, positions: Sequence[int] = tuple(range(1, 10)),
                   repeats: int = 5, warmup: int = 1, name: str | None = None, seed: int = 0) -> pd.DataFrame:
     """Per-component wall times of batch-1 forwards of m new positions over a KV cache of `context_length` tokens.
@@ -78,50 +158,9 @@ def profile_model(model, context_length: int = 128, positions: Sequence[int] = t
     'forward' (the whole call, including what no hook sees: rotary embedding, mask, Python glue). The LM head runs
     on the m positions only (`logits_to_keep=m`), as in a verify pass. `name` labels the model in the 'model' column.
     """
-    if context_length < 1 or repeats < 1 or warmup < 0 or not positions or min(positions) < 1:
-        raise ValueError("need context_length >= 1, repeats >= 1, warmup >= 0 and positions >= 1")
-    device = next(model.parameters()).device
-    sync = _sync_for(device)
-    shape = _model_shape(model)
-    components = _components(model)
-    sizes = {(c, layer): param_bytes(module) for c, layer, module in components}
-    sizes[("forward", None)] = param_bytes(model)
-    generator = torch.Generator().manual_seed(seed)
-    tokens = torch.randint(0, shape["vocab_size"], (1, context_length + max(positions)), generator=generator)
-    tokens = tokens.to(device)
-    cache = DynamicCache(config=model.config)
-    model(input_ids=tokens[:, :context_length], cache=cache, use_cache=True, logits_to_keep=1)
-
-    def timed(m: int) -> dict:
-        ids = tokens[:, context_length:context_length + m]
-        timer.seconds = {}
-        sync()
-        start = time.perf_counter()
-        model(input_ids=ids, cache=cache, use_cache=True, logits_to_keep=m)
-        sync()
-        whole = time.perf_counter() - start
-        cache.crop(-m)  # back to context_length, so every measurement sees the same cache
-        return {**timer.seconds, ("forward", None): whole}
-
-    timer = _HookTimer(components, sync)
-    rows = []
-    try:
-        for _ in range(warmup):
-            for m in positions:
-                timed(m)
-        for repeat in range(repeats):
-            # Interleave m and rotate its order per repeat: drifts of a shared machine spread over every m.
-            shift = repeat % len(positions)
-            for m in list(positions[shift:]) + list(positions[:shift]):
-                for (component, layer), seconds in timed(m).items():
-                    rows.append({"component": component, "layer": layer, "m": m, "repeat": repeat,
-                                 "seconds": seconds, "param_bytes": sizes[(component, layer)]})
-    finally:
-        timer.remove()
-    table = pd.DataFrame(rows).assign(**shape, context_length=context_length,
-                                      model=name or _default_name(shape))
-    table["layer"] = table["layer"].astype("Int64")
-    return table[PROFILE_COLUMNS].sort_values(["m", "repeat"], kind="stable").reset_index(drop=True)
+    name = name or _default_name(_model_shape(model))
+    return profile_models({name: model}, context_length=context_length, positions=positions, repeats=repeats,
+                          warmup=warmup, seed=seed)[name]
 
 
 def _default_name(shape: dict) -> str:

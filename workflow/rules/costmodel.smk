@@ -22,10 +22,42 @@ rule time_linear_backends:
         "../scripts/time_linear_backends.py"
 
 
+# The fit's models (the target and the study's drafts' models) are profiled in one job, interleaved repeat by
+# repeat, so that a drift of the shared machine lands on every width alike (the fit compares layers across models);
+# any other model a draft names (a truncated cut) gets a profile of its own from profile_model.
+ruleorder: profile_fit_models > profile_model
+
+
+rule profile_fit_models:
+    input:
+        models=[model_dir(name) for name in profiled_models(config["drafts"])],
+        kernels=[kernel_table(name) for name in profiled_models(config["drafts"])]
+        if RUNTIME["linear_kernel"] == "auto" else [],
+    output:
+        profile_files(config["drafts"]),
+    params:
+        names=profiled_models(config["drafts"]),
+        profiling=PROFILING,
+        positions=list(range(1, max(DECODING["k"]) + 2)),
+        runtime=RUNTIME,
+    threads: THREADS
+    resources:
+        mem_mb=10000 * len(profiled_models(config["drafts"])),
+        gpu=1 if RUNTIME["device"] == "cuda" else 0,
+    conda:
+        SPECDEC_ENV
+    log:
+        f"{LOG}/profile/fit_models.log",
+    benchmark:
+        f"{BENCH}/profile/fit_models.tsv"
+    script:
+        "../scripts/profile_model.py"
+
+
 rule profile_model:
     input:
         unpack(profiled_kernel_input),
-        model=model_dir("{profiled}"),
+        models=model_dir("{profiled}"),
     output:
         f"{MACHINE_DIR}/profiles/{{profiled}}.csv",
     params:

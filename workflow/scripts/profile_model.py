@@ -1,4 +1,6 @@
-"""Snakemake script: per-component timings of one prepared model, m = 1 .. max(k) + 1 -> CSV (kept per machine)."""
+"""Snakemake script: per-component timings of prepared models, m = 1 .. max(k) + 1 -> one CSV per model (kept per
+machine). One model (profile_model, wildcard `profiled`) or the fit's models together, interleaved repeat by repeat
+(profile_fit_models, params.names), so that the machine's drift lands on every model alike."""
 
 from specdec.study.interrupt import stops_politely  # first: Ctrl-C during the imports below is polite too
 
@@ -10,25 +12,34 @@ from specdec.loading import Runtime, load_for_decoding
 from specdec.study.jobs import read_backend_tables
 from specdec.study.io import write_csv
 from specdec.study.logs import log_to
-from specdec.study.profiling import profile_model
+from specdec.study.profiling import profile_models
 
 log = logging.getLogger("profile_model")
 
 
+def as_list(value) -> list:
+    """A named input as a list (Snakemake gives one file as a string)."""
+    return [value] if isinstance(value, str) else list(value or [])
+
+
 def main(snakemake):
     with log_to(snakemake.log[0]):
-        settings, name = snakemake.params.profiling, snakemake.wildcards.profiled
+        settings, inputs = snakemake.params.profiling, snakemake.input
+        names = list(snakemake.params.get("names") or [snakemake.wildcards.profiled])
+        kernels = as_list(inputs.get("kernels")) or [None] * len(names)  # none unless runtime.linear_kernel is auto
         runtime = Runtime(**{**snakemake.params.runtime, "threads": snakemake.threads})
-        model, _ = load_for_decoding(snakemake.input.model, runtime, read_backend_tables(snakemake.input.get("kernels")))  # as the study runs it (dtype, linear kernel)
+        # as the study runs them (dtype, linear kernel)
+        models = {name: load_for_decoding(directory, runtime, read_backend_tables(table))[0]
+                  for name, directory, table in zip(names, as_list(inputs.models), kernels, strict=True)}
         positions = [int(m) for m in snakemake.params.positions]
-        log.info("profiling %s: m in %s, context %s, %s repeats, runtime %s", name, positions,
+        log.info("profiling %s interleaved: m in %s, context %s, %s repeats, runtime %s", names, positions,
                  settings.get("context_length", 256), settings.get("repeats", 10), runtime)
-        table = profile_model(model, context_length=int(settings.get("context_length", 256)), positions=positions,
-                              repeats=int(settings.get("repeats", 10)), warmup=int(settings.get("warmup", 1)),
-                              name=name)
-        forward = table[table["component"] == "forward"].groupby("m")["seconds"].median()
-        log.info("median forward seconds by m:\n%s", forward.to_string())
-        write_csv(table, snakemake.output[0])
+        tables = profile_models(models, context_length=int(settings.get("context_length", 256)), positions=positions,
+                                repeats=int(settings.get("repeats", 10)), warmup=int(settings.get("warmup", 1)))
+        for (name, table), path in zip(tables.items(), snakemake.output):
+            forward = table[table["component"] == "forward"].groupby("m")["seconds"].median()
+            log.info("%s: median forward seconds by m:\n%s", name, forward.to_string())
+            write_csv(table, path)
 
 
 if "snakemake" in globals():
