@@ -4,6 +4,7 @@ export of a truncated draft, and that only the `llamacpp` target schedules the s
 
 import json
 import shutil
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -218,6 +219,28 @@ def test_command_lines_pin_greedy_k_and_threads():
     assert spec[spec.index("--spec-draft-p-min") + 1] == "0" and spec[spec.index("-td") + 1] == "3"
     bench = lc.bench_command("bin", "t.gguf", threads=2, depth=256, max_positions=9, gen_tokens=32, repetitions=5)
     assert bench[bench.index("-p") + 1] == "1,2,3,4,5,6,7,8,9" and bench[bench.index("-d") + 1] == "256"
+
+
+def test_repack_off_reaches_every_tool_and_a_crash_names_the_setting(tmp_path):
+    on, off = lc.RunSettings(threads=2, max_new_tokens=8), lc.RunSettings(threads=2, max_new_tokens=8, repack=False)
+    for make in (lambda s: lc.plain_command("bin", "t.gguf", "p.txt", s),
+                 lambda s: lc.speculative_command("bin", "t.gguf", "d.gguf", "p.txt", 4, s)):
+        assert "--no-repack" not in make(on) and "--no-repack" in make(off)
+    bench = dict(threads=2, depth=256, max_positions=9, gen_tokens=32, repetitions=5)
+    assert "--repack" not in lc.bench_command("bin", "t.gguf", **bench)
+    off_bench = lc.bench_command("bin", "t.gguf", repack=False, **bench)
+    assert off_bench[off_bench.index("--repack") + 1] == "0"
+    assert lc.settings({})["repack"] is True
+    # A tool that dies of a segmentation fault, as llama.cpp's AMX repack does on passes over several positions.
+    crash = [sys.executable, "-c", "import os, signal; os.kill(os.getpid(), signal.SIGSEGV)"]
+    with pytest.raises(lc.LlamaCppRunError, match="llamacpp.repack: false"):
+        lc.run_tool(crash)
+    with pytest.raises(lc.LlamaCppRunError) as already_off:
+        lc.run_tool([*crash, "--no-repack"])
+    assert "repack" not in str(already_off.value).split(":")[0]
+    with pytest.raises(lc.LlamaCppRunError) as other:
+        lc.run_tool([sys.executable, "-c", "raise SystemExit(3)"])
+    assert "exited 3:" in str(other.value) and "repack" not in str(other.value)
 
 
 def test_settings_fill_defaults():

@@ -42,6 +42,7 @@ import platform
 import re
 import shlex
 import shutil
+import signal
 import subprocess
 import tarfile
 import tempfile
@@ -74,6 +75,7 @@ DEFAULTS = {
     "prompts_per_domain": None,  # None: every prompt of the domain
     "repeats": 1,
     "ctx_size": 4096,
+    "repack": True,  # llama.cpp's weight repacking (AMX, AVX-512 layouts); off: --no-repack / --repack 0
     "bench": {"depth": 256, "max_positions": 9, "gen_tokens": 32, "repetitions": 5, "rounds": 2},
 }
 
@@ -365,6 +367,7 @@ class RunSettings:
     max_new_tokens: int
     ctx_size: int = 4096
     seed: int = 0
+    repack: bool = True  # False: --no-repack (llama.cpp 0.3.36's AMX repack crashes on passes over 2+ positions)
 
 
 def _common_args(model: str | os.PathLike, prompt_file: str | os.PathLike, s: RunSettings) -> list[str]:
@@ -373,7 +376,7 @@ def _common_args(model: str | os.PathLike, prompt_file: str | os.PathLike, s: Ru
     # The prompt file must end with one extra "\n": -f drops a final newline (common/arg.cpp), see write_prompt.
     return ["-m", str(model), "-f", str(prompt_file), "-n", str(s.max_new_tokens), "-t", str(s.threads),
             "-tb", str(s.threads), "-c", str(s.ctx_size), "--temp", "0", "--seed", str(s.seed), "--no-escape",
-            "--log-jsonl"]
+            "--log-jsonl", *([] if s.repack else ["--no-repack"])]
 
 
 def write_prompt(text: str, path: str | os.PathLike) -> Path:
@@ -403,12 +406,12 @@ def speculative_command(bin_dir: str | os.PathLike, model, draft, prompt_file, k
 
 
 def bench_command(bin_dir: str | os.PathLike, model, *, threads: int, depth: int, max_positions: int,
-                  gen_tokens: int, repetitions: int) -> list[str]:
+                  gen_tokens: int, repetitions: int, repack: bool = True) -> list[str]:
     """llama-bench: prompt processing of m = 1..max_positions positions and gen_tokens one-token steps, each after a
     prefill of `depth` positions, `repetitions` times, JSON lines out."""
     return [str(Path(bin_dir) / "llama-bench"), "-m", str(model), "-p",
             ",".join(str(m) for m in range(1, max_positions + 1)), "-n", str(gen_tokens), "-d", str(depth),
-            "-t", str(threads), "-r", str(repetitions), "-o", "jsonl"]
+            "-t", str(threads), "-r", str(repetitions), "-o", "jsonl", *([] if repack else ["--repack", "0"])]
 
 
 # --------------------------------------------------------------------------------------------------- parsing
@@ -710,7 +713,13 @@ def run_tool(cmd: Sequence[str], timeout: float | None = None) -> subprocess.Com
     res = subprocess.run(list(cmd), capture_output=True, text=True, errors="replace", timeout=timeout, check=False)
     if res.returncode != 0:
         tail = (res.stderr or res.stdout).strip().splitlines()[-5:]
-        raise LlamaCppRunError(f"{Path(cmd[0]).name} exited {res.returncode}: {' | '.join(tail)}")
+        hint = ""
+        if res.returncode == -signal.SIGSEGV and "--no-repack" not in cmd and "--repack" not in cmd:
+            # Seen on an Intel Xeon with AMX: llama.cpp 0.3.36's AMX-repacked weights crash on any pass over two or
+            # more positions (prompt passes, verify passes); one-token steps run.
+            hint = (" (a segmentation fault; on a CPU with AMX, llama.cpp's repacked weights crash on passes over"
+                    " several positions: set llamacpp.repack: false)")
+        raise LlamaCppRunError(f"{Path(cmd[0]).name} exited {res.returncode}{hint}: {' | '.join(tail)}")
     return res
 
 
@@ -786,7 +795,7 @@ def _bench_run(name, *, models, bin_dir, rnd: int, raw, **bench) -> pd.DataFrame
 
 
 def bench_job(models: dict[str, str | os.PathLike], *, bin_dir, threads: int, depth: int, max_positions: int,
-              gen_tokens: int, repetitions: int, rounds: int, log: Log = print,
+              gen_tokens: int, repetitions: int, rounds: int, repack: bool = True, log: Log = print,
               raw: Callable[[str, str], None] | None = None) -> pd.DataFrame:
     """llama-bench of every model, `rounds` times in rotating model order (one process each): one row per test and
     round, with the samples of its repetitions."""
@@ -797,7 +806,7 @@ def bench_job(models: dict[str, str | os.PathLike], *, bin_dir, threads: int, de
     frames = []
     for rnd in range(rounds):
         run = partial(_bench_run, models=models, bin_dir=bin_dir, rnd=rnd, raw=raw, threads=threads, depth=depth,
-                      max_positions=max_positions, gen_tokens=gen_tokens, repetitions=repetitions)
+                      max_positions=max_positions, gen_tokens=gen_tokens, repetitions=repetitions, repack=repack)
         for name, frame in run_in_rotation(list(models), rnd, run).items():
             tg = frame[frame["n_gen"] > 0]["avg_s"]
             step = f": step {1e3 * tg.iloc[0] / gen_tokens:.1f} ms" if len(tg) else ""

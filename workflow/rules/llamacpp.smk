@@ -88,6 +88,7 @@ rule llamacpp_bench:
     params:
         bench=LLAMACPP["bench"],
         models=lambda wc: list(llamacpp_gguf_inputs()),
+        repack=LLAMACPP["repack"],
     threads: THREADS
     conda:
         SPECDEC_ENV
@@ -115,6 +116,7 @@ rule llamacpp_decode:
         repeats=LLAMACPP["repeats"],
         prompts_per_domain=LLAMACPP["prompts_per_domain"],
         ctx_size=LLAMACPP["ctx_size"],
+        repack=LLAMACPP["repack"],
     threads: THREADS
     resources:
         mem_mb=6000,

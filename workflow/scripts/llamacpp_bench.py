@@ -22,7 +22,7 @@ def main(snakemake):
         frame = bench_job(models, bin_dir=Path(snakemake.input.build) / "bin", threads=int(snakemake.threads),
                           depth=int(b["depth"]), max_positions=int(b["max_positions"]),
                           gen_tokens=int(b["gen_tokens"]), repetitions=int(b["repetitions"]),
-                          rounds=int(b["rounds"]), log=log.info,
+                          rounds=int(b["rounds"]), repack=bool(snakemake.params.repack), log=log.info,
                           raw=lambda name, out: log.info("%s\n%s", name, out))
         write_parquet(frame, snakemake.output[0])
 
