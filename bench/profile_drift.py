@@ -16,6 +16,7 @@ from specdec.loading import Runtime, load_for_decoding
 from specdec.study.costmodel import fit_cost_model, profiled_shapes
 from specdec.study.jobs import read_backend_tables
 from specdec.study.machines import MachineFit
+from specdec.study.prediction import forward_seconds
 from specdec.study.profiling import profile_model, profile_models
 
 MODELS = ["qwen2.5-coder-0.5b-instruct", "qwen2.5-coder-1.5b-instruct"]  # draft, target: the fit's pair
@@ -27,12 +28,12 @@ def fit_row(mode: str, round_: int, tables: dict[str, pd.DataFrame], target: str
     summary = MachineFit("this", "auto", fit.terms, None, profiled_shapes(profiles)[target], pd.DataFrame()).summary()
     one = {name: t[t["m"] == 1] for name, t in tables.items()}
     draft, = set(tables) - {target}
+    forward = forward_seconds(profiles)
     return {"mode": mode, "round": round_, "time": time.strftime("%H:%M:%S"),
             **{key: summary[key] for key in ("per_layer_overhead_ms", "per_layer_overhead_ms_lo",
                                              "per_layer_overhead_ms_hi", "bandwidth_eff_gb_s", "overhead_share")},
             **{f"layer_ms_{name}": 1e3 * t[t["component"] == "layer"]["seconds"].median() for name, t in one.items()},
-            "c": (one[draft][one[draft]["component"] == "forward"]["seconds"].median()
-                  / one[target][one[target]["component"] == "forward"]["seconds"].median())}
+            "c": forward.loc[(draft, 1)] / forward.loc[(target, 1)]}
 
 
 def main() -> None:

@@ -268,7 +268,7 @@ def fitted_draft_costs(profiles: pd.DataFrame, target: str, draft_specs: dict[st
         if measured_by is None and one_forward and shape in profiled_by_shape:
             twin = profiled_by_shape[shape]
             c_measured, measured_by = measured[twin], f"profile of {twin}"
-        rows.append({"draft": name, "kind": priceable[name]["kind"],
+        rows.append({"draft": name, "kind": spec["kind"],
                      "draft_layers": shape.n_layers if shape else 0, "target_layers": target_shape.n_layers,
                      "depth_ratio": shape.n_layers / target_shape.n_layers if shape else 0.0,
                      "param_ratio": shape.step_bytes / target_shape.step_bytes if shape else 0.0,

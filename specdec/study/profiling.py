@@ -18,6 +18,8 @@ import pandas as pd
 import torch
 from transformers import DynamicCache
 
+from .interleave import run_in_rotation
+
 PROFILE_COLUMNS = ["model", "component", "layer", "m", "repeat", "seconds", "param_bytes", "n_layers", "hidden_size",
                    "intermediate_size", "vocab_size", "dtype_bytes", "kv_dim", "context_length"]
 
@@ -76,14 +78,15 @@ class _ProfileSession:
 
     def __init__(self, model, context_length: int, positions: Sequence[int], seed: int):
         self.model, self.context_length, self.positions = model, context_length, list(positions)
-        self.sync = _sync_for(next(model.parameters()).device)
+        device = next(model.parameters()).device
+        self.sync = _sync_for(device)
         self.shape = _model_shape(model)
         components = _components(model)
         self.sizes = {(c, layer): param_bytes(module) for c, layer, module in components}
         self.sizes[("forward", None)] = param_bytes(model)
         generator = torch.Generator().manual_seed(seed)
         tokens = torch.randint(0, self.shape["vocab_size"], (1, context_length + max(positions)), generator=generator)
-        self.tokens = tokens.to(next(model.parameters()).device)
+        self.tokens = tokens.to(device)
         self.cache = DynamicCache(config=model.config)
         model(input_ids=self.tokens[:, :context_length], cache=self.cache, use_cache=True, logits_to_keep=1)
         self.timer = _HookTimer(components, self.sync)
@@ -106,9 +109,8 @@ class _ProfileSession:
 
     def time_repeat(self, repeat: int):
         # Interleave m and rotate its order per repeat: drifts of a shared machine spread over every m.
-        shift = repeat % len(self.positions)
-        for m in self.positions[shift:] + self.positions[:shift]:
-            for (component, layer), seconds in self._timed(m).items():
+        for m, timings in run_in_rotation(self.positions, repeat, self._timed).items():
+            for (component, layer), seconds in timings.items():
                 self.rows.append({"component": component, "layer": layer, "m": m, "repeat": repeat,
                                   "seconds": seconds, "param_bytes": self.sizes[(component, layer)]})
 
@@ -141,9 +143,7 @@ def profile_models(models: dict, context_length: int = 128, positions: Sequence[
             for name in names:
                 sessions[name].warm_up()
         for repeat in range(repeats):
-            shift = repeat % len(names)
-            for name in names[shift:] + names[:shift]:
-                sessions[name].time_repeat(repeat)
+            run_in_rotation(names, repeat, lambda name, repeat=repeat: sessions[name].time_repeat(repeat))
     finally:
         for session in sessions.values():
             session.close()

@@ -26,23 +26,23 @@ rule time_linear_backends:
 # repeat, so that a drift of the shared machine lands on every width alike (the fit compares layers across models);
 # any other model a draft names (a truncated cut) gets a profile of its own from profile_model.
 ruleorder: profile_fit_models > profile_model
+FIT_MODELS = profiled_models(config["drafts"])
 
 
 rule profile_fit_models:
     input:
-        models=[model_dir(name) for name in profiled_models(config["drafts"])],
-        kernels=[kernel_table(name) for name in profiled_models(config["drafts"])]
-        if RUNTIME["linear_kernel"] == "auto" else [],
+        models=[model_dir(name) for name in FIT_MODELS],
+        kernels=[kernel_table(name) for name in FIT_MODELS] if RUNTIME["linear_kernel"] == "auto" else [],
     output:
         profile_files(config["drafts"]),
     params:
-        names=profiled_models(config["drafts"]),
+        names=FIT_MODELS,
         profiling=PROFILING,
         positions=list(range(1, max(DECODING["k"]) + 2)),
         runtime=RUNTIME,
     threads: THREADS
     resources:
-        mem_mb=10000 * len(profiled_models(config["drafts"])),
+        mem_mb=10000 * len(FIT_MODELS),
         gpu=1 if RUNTIME["device"] == "cuda" else 0,
     conda:
         SPECDEC_ENV

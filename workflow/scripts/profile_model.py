@@ -36,7 +36,7 @@ def main(snakemake):
                  settings.get("context_length", 256), settings.get("repeats", 10), runtime)
         tables = profile_models(models, context_length=int(settings.get("context_length", 256)), positions=positions,
                                 repeats=int(settings.get("repeats", 10)), warmup=int(settings.get("warmup", 1)))
-        for (name, table), path in zip(tables.items(), snakemake.output):
+        for (name, table), path in zip(tables.items(), snakemake.output, strict=True):
             forward = table[table["component"] == "forward"].groupby("m")["seconds"].median()
             log.info("%s: median forward seconds by m:\n%s", name, forward.to_string())
             write_csv(table, path)
