@@ -14,6 +14,7 @@ import torch
 
 from ..decode import generate_baseline, generate_speculative
 from ..lm import CachedLM
+from .divergence import first_difference
 
 
 class RecordingLM(CachedLM):
@@ -32,20 +33,16 @@ class RecordingLM(CachedLM):
         return logits
 
 
-def first_difference(a: Sequence[int], b: Sequence[int]) -> int:
-    for i, (x, y) in enumerate(zip(a, b)):
-        if x != y:
-            return i
-    return min(len(a), len(b))
-
-
 def diagnose_divergence(target, draft, input_ids: torch.Tensor, k: int, max_new_tokens: int,
                         baseline_tokens: Sequence[int], speculative_tokens: Sequence[int]) -> dict:
     """Greedy only. Returns first_diff, margin (baseline top-1 minus top-2 logit there), path_diff (max |logit
     difference| between the one-token and the verify path there) and near_tie (margin <= 2 * path_diff: the
-    rounding difference is large enough to swap the top two)."""
+    rounding difference is large enough to swap the top two). Where one sequence is a prefix of the other, first_diff
+    is the shorter length and there are no logits to compare (NaN). Equal sequences: ValueError."""
     n_prompt = input_ids.shape[1]
     position = first_difference(baseline_tokens, speculative_tokens)
+    if position is None:  # before the two replays, which cost a decoding each
+        raise ValueError("diagnose_divergence: the two token sequences are equal, there is no divergence to explain")
     one_token, verify = RecordingLM(target), RecordingLM(target)
     replay_base = generate_baseline(one_token, input_ids, max_new_tokens)
     replay_spec = generate_speculative(verify, draft, input_ids, k, max_new_tokens)

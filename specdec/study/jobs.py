@@ -69,9 +69,9 @@ def make_draft(name: str, spec: Mapping, target, target_tokenizer, draft_dir, ru
     return kind.build(spec, resources)
 
 
-def _run(k: int | None, target, draft, input_ids, max_new_tokens: int, job: DecodeJob) -> DecodeResult:
-    """The baseline (k None), or the speculative loop at k."""
-    sampling = dict(temperature=job.temperature, top_k=job.top_k, top_p=job.top_p, seed=job.seed)
+def baseline_or_speculative(k: int | None, target, draft, input_ids, max_new_tokens: int, **sampling) -> DecodeResult:
+    """Our baseline (k None), or our speculative loop at k: one method of an interleaved turn (here and in peers.py).
+    `sampling`: temperature, top_k, top_p, seed (none: greedy)."""
     if k is None:
         return generate_baseline(target, input_ids, max_new_tokens, **sampling)
     return generate_speculative(target, draft, input_ids, k, max_new_tokens, **sampling)
@@ -104,8 +104,9 @@ def run_decode_jobs(target, draft, prompts: pd.DataFrame, job: DecodeJob, ks: li
     sequence_rows = {k: [] for k in ks}
     job_keys = {k: {key: v for key, v in asdict(replace(job, k=k)).items() if key != "repeats"} for k in ks}
     greedy = job.setting == "greedy"
+    sampling = dict(temperature=job.temperature, top_k=job.top_k, top_p=job.top_p, seed=job.seed)
     turns = run_interleaved(prompts, [None, *ks],  # None: the baseline
-                            lambda k, input_ids, n: _run(k, target, draft, input_ids, n, job),
+                            lambda k, input_ids, n: baseline_or_speculative(k, target, draft, input_ids, n, **sampling),
                             job.max_new_tokens, job.repeats, log, describe=lambda t: _summary(t, ks, greedy))
     for turn in turns:
         prompt, base = turn.prompt, turn.results[None]

@@ -13,9 +13,9 @@ from typing import Callable
 import pandas as pd
 import torch
 
-from ..decode import generate_baseline, generate_speculative
 from ..kernels import default_linear
 from .interleave import run_interleaved
+from .jobs import baseline_or_speculative
 from .stats import bootstrap_median_interval
 
 METHODS = ("hf_generate", "ours_baseline", "hf_assisted", "ours_spec")
@@ -61,7 +61,7 @@ def run_peers_job(target, draft, prompts: pd.DataFrame, k: int, max_new_tokens: 
     """One row per (prompt, repeat, method): seconds, tokens and seconds per token."""
     rows = []
     turns = run_interleaved(
-        prompts, METHODS, lambda m, input_ids, n: _run(m, target, draft, input_ids, k, n, eos_token_ids),
+        prompts, METHODS, lambda m, input_ids, n: _run_method(m, target, draft, input_ids, k, n, eos_token_ids),
         max_new_tokens, repeats, log, n_tokens=lambda result: len(result[0]),
         describe=lambda t: ", ".join(f"{m} {t.results[m][1] / len(t.results[m][0]):.3f}s/token" for m in METHODS))
     for turn in turns:
@@ -73,15 +73,14 @@ def run_peers_job(target, draft, prompts: pd.DataFrame, k: int, max_new_tokens: 
     return pd.DataFrame(rows)
 
 
-def _run(method, target, draft, input_ids, k, max_new_tokens, eos_token_ids) -> tuple[list[int], float]:
+def _run_method(method, target, draft, input_ids, k, max_new_tokens, eos_token_ids) -> tuple[list[int], float]:
+    """One of METHODS, greedy: (new tokens, seconds). Our two go through the study's own decoding call
+    (jobs.baseline_or_speculative); Hugging Face's two through hf_generate."""
     if method == "hf_generate":
         return hf_generate(target, input_ids, max_new_tokens, eos_token_ids)
     if method == "hf_assisted":
         return hf_generate(target, input_ids, max_new_tokens, eos_token_ids, draft=draft, k=k)
-    if method == "ours_baseline":
-        result = generate_baseline(target, input_ids, max_new_tokens)
-    else:
-        result = generate_speculative(target, draft, input_ids, k, max_new_tokens)
+    result = baseline_or_speculative(k if method == "ours_spec" else None, target, draft, input_ids, max_new_tokens)
     return result.tokens, result.total_seconds
 
 
