@@ -12,12 +12,17 @@
  * time than whole-block passes for 5-9 rows (docs/performance.md). Threads split the output rows (OpenMP, the
  * runtime torch uses).
  *
- * Exactness is not at stake: this computes the same product as torch in another summation order (differences in
- * the last bits; the study's greedy check diagnoses near-ties, see docs/method.md). A draft's q is whatever the draft
- * computes, so its bf16 products may differ from torch's bf16 ones too.
+ * Batch invariance: each output y[m][n] is summed in one order that depends on K alone (8-wide lanes along K, tile
+ * after tile, one horizontal sum, the scalar tail, then the bias), never on M, on how the inputs are chunked or on
+ * which thread computes it. So a row's result is the same bits in a one-token step, in a verify pass of any size
+ * and on any thread count (tests/test_native.py checks it bit for bit), and a bf16 weight gives the same bits as
+ * its fp32 copy: the widening is exact, and the tail's multiply-adds are fused explicitly (fmaf) as the lanes'
+ * are, so the compiler's contraction choices cannot differ between the two kernels. It differs from torch's own
+ * product only in the last bits.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <math.h>
 #include <stdint.h>
 
 #if defined(__x86_64__) || defined(_M_X64)
@@ -55,7 +60,8 @@ static inline float value_bf16(const uint16_t *p) {
  * split into near-equal chunks of at most INS (4 = 2 + 2, not 3 + 1). One chunk walks K once, prefetching 512
  * bytes ahead; several walk it tile by tile, the first chunk prefetching a kilobyte ahead. Near a row's end the
  * prefetch goes on into the same row of the next block (ROWS rows further), which is read next: without that the
- * start of every row missed (the LM head's product ran at 1.5x its floor instead of 1.0x). */
+ * start of every row missed (the LM head's product ran at 1.5x its floor instead of 1.0x). The last block's rows
+ * prefetch their own row instead: no pointer is ever formed past the weight buffer, even for K < the distance. */
 #define DEFINE_BLOCK(SUFFIX, WT)                                                                                     \
     __attribute__((target("avx2,fma"))) static void block_##SUFFIX(const WT *w, const float *x, float *y,            \
                                                                    int64_t K, int64_t N, int64_t r0, int nr,         \
@@ -70,8 +76,11 @@ static inline float value_bf16(const uint16_t *p) {
         for (int c = 0; c < chunks; c++)                                                                             \
             for (int r = 0; r < ROWS; r++)                                                                           \
                 for (int i = 0; i < INS; i++) sums[c][r][i] = _mm256_setzero_ps();                                   \
-        const WT *wr[ROWS];                                                                                          \
-        for (int r = 0; r < ROWS; r++) wr[r] = w + (r0 + (r < nr ? r : 0)) * K;                                      \
+        const WT *wr[ROWS], *next[ROWS]; /* next: the row prefetched after wr's end (never past the buffer) */       \
+        for (int r = 0; r < ROWS; r++) {                                                                             \
+            wr[r] = w + (r0 + (r < nr ? r : 0)) * K;                                                                 \
+            next[r] = r0 + ROWS + r < N ? w + (r0 + ROWS + r) * K : wr[r];                                           \
+        }                                                                                                            \
         const int64_t K8 = K & ~(int64_t)7, span = chunks == 1 ? K8 : TILE;                                          \
         const int64_t ahead = (chunks == 1 ? 512 : 1024) / (int64_t)sizeof(WT);                                      \
         for (int64_t kt = 0; kt < K8; kt += span) {                                                                  \
@@ -88,7 +97,8 @@ static inline float value_bf16(const uint16_t *p) {
                     for (int r = 0; r < ROWS; r++) {                                                                 \
                         if (c == 0) {                                                                                \
                             const int64_t p = k + ahead;                                                             \
-                            _mm_prefetch((const char *)(wr[r] + (p < K ? p : ROWS * K + p - K)), _MM_HINT_T0);       \
+                            const WT *at = p < K ? wr[r] + p : next[r] + (p - K < K ? p - K : K - 1);              \
+                            _mm_prefetch((const char *)at, _MM_HINT_T0);                                             \
                         }                                                                                            \
                         __m256 wv = load8_##SUFFIX(wr[r] + k);                                                       \
                         for (int i = 0; i < INS; i++) acc[r][i] = _mm256_fmadd_ps(wv, xv[i], acc[r][i]);             \
@@ -103,7 +113,7 @@ static inline float value_bf16(const uint16_t *p) {
                 for (int i = 0; i < count[c]; i++) {                                                                 \
                     const float *xr = x + (i0 + first[c] + i) * K;                                                   \
                     float s = hsum(sums[c][r][i]);                                                                   \
-                    for (int64_t t = K8; t < K; t++) s += value_##SUFFIX(wr[r] + t) * xr[t];                         \
+                    for (int64_t t = K8; t < K; t++) s = fmaf(value_##SUFFIX(wr[r] + t), xr[t], s);                 \
                     y[(i0 + first[c] + i) * N + r0 + r] = s;                                                         \
                 }                                                                                                    \
     }                                                                                                                \
@@ -177,11 +187,14 @@ static PyObject *unsupported(PyObject *self, PyObject *args) {
 
 static PyObject *py_supported(PyObject *self, PyObject *args) { return PyBool_FromLong(supported()); }
 
+static PyObject *py_build(PyObject *self, PyObject *args) { return PyUnicode_FromString(SPECDEC_BUILD); }
+
 static PyMethodDef methods[] = {
     {"linear", py_linear, METH_VARARGS, "y = x @ w.T (+ b) for a few rows; w, x, b, y fp32; AVX2 + FMA."},
     {"linear_bf16", py_linear_bf16, METH_VARARGS,
      "y = x @ w.T (+ b) for a few rows; w bfloat16, x, b, y fp32; AVX2 + FMA."},
     {"supported", py_supported, METH_NOARGS, "Whether this CPU can run linear() and linear_bf16()."},
+    {"build", py_build, METH_NOARGS, "The hash of the source and compile flags this module was built from."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -23,39 +23,100 @@ from typing import Callable, Iterable, Mapping
 import torch
 from torch import nn
 
+from . import native_build
+
 try:
     from . import _linear
 except ImportError:  # not built (no compiler at install time): the torch backends remain
     _linear = None
 
-MAX_TABLE_ROWS = 16  # the avx2 kernel's limit; products of more rows (prompt passes) use F.linear
+MAX_TABLE_ROWS = 16  # row counts a timed table covers; products of more rows (prompt passes) use weight_major
+# Row counts the batch-invariant setup (runtime.linear_kernel: invariant) runs on the order-fixed native kernels:
+# decoding steps, verify passes and a hybrid draft's catch-ups; a prompt pass (more rows) on the fastest product.
+INVARIANT_ROWS = 32
 
 
-def _linear_backend(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None) -> torch.Tensor:
+def _linear_backend(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, layer: str = "") -> torch.Tensor:
     return nn.functional.linear(x, w, b)
 
 
-def _weight_major(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None) -> torch.Tensor:
+def _weight_major(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, layer: str = "") -> torch.Tensor:
     return (torch.mm(w, x.t()) if b is None else torch.addmm(b.unsqueeze(1), w, x.t())).t()
 
 
-def _c_product(kernel: Callable, x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None) -> torch.Tensor:
-    """x @ wᵀ (+ b) on a specdec._linear kernel: x and b as fp32 (no-ops when they are), fp32 result."""
-    x = x.float().contiguous()
-    b = None if b is None else b.float()
+def check_native_product(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, weight_dtype: torch.dtype,
+                         layer: str = "linear layer") -> None:
+    """Everything specdec/_linear.c relies on, checked before its raw addresses are formed: the weight's dtype (the
+    kernel reads its bytes as `weight_dtype`), device, shape and contiguity; the input's width; the bias's length.
+    A wrong call is a clear error naming the layer, never a read past a buffer or silent garbage."""
+    for name, tensor in (("weight", w), ("input", x), ("bias", b)):
+        if tensor is not None and not isinstance(tensor, torch.Tensor):
+            raise TypeError(f"{layer}: {name} must be a torch.Tensor, got {type(tensor).__name__}")
+        if tensor is not None and tensor.device.type != "cpu":
+            raise ValueError(f"{layer}: {name} is on {tensor.device}; the native product runs on the CPU")
+    if w.dtype != weight_dtype:
+        raise TypeError(f"{layer}: the native product reads a {weight_dtype} weight, got {w.dtype}")
+    if w.dim() != 2 or w.shape[0] < 1 or w.shape[1] < 1:
+        raise ValueError(f"{layer}: the weight must be a non-empty 2-d tensor (out, in), got {tuple(w.shape)}")
+    if not w.is_contiguous():
+        raise ValueError(f"{layer}: the weight must be contiguous (row-major), got strides {w.stride()} for shape "
+                         f"{tuple(w.shape)}")
+    if not x.is_floating_point() or x.dim() != 2 or x.shape[1] != w.shape[1]:
+        raise ValueError(f"{layer}: the input must be a floating-point (rows, {w.shape[1]}) tensor for a "
+                         f"{tuple(w.shape)} weight, got {x.dtype} {tuple(x.shape)}")
+    if b is not None and (b.dim() != 1 or b.shape[0] != w.shape[0] or not b.is_floating_point()):
+        raise ValueError(f"{layer}: the bias must be a floating-point vector of {w.shape[0]} values, got {b.dtype} "
+                         f"{tuple(b.shape)}")
+
+
+def _c_product(kernel: Callable, weight_dtype: torch.dtype, x: torch.Tensor, w: torch.Tensor,
+               b: torch.Tensor | None, layer: str) -> torch.Tensor:
+    """x @ wᵀ (+ b) on a specdec._linear kernel, every argument checked first; x and b as contiguous fp32 (no-ops
+    when they are), fp32 result."""
+    check_native_product(x, w, b, weight_dtype, layer)
     y = torch.empty(x.shape[0], w.shape[0], dtype=torch.float32)
+    if x.shape[0] == 0:
+        return y
+    x = x.float().contiguous()
+    b = None if b is None else b.float().contiguous()
     kernel(w.data_ptr(), x.data_ptr(), 0 if b is None else b.data_ptr(), y.data_ptr(), w.shape[0], w.shape[1],
            x.shape[0], torch.get_num_threads())
     return y
 
 
-def _avx2(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None) -> torch.Tensor:
-    return _c_product(_linear.linear, x, w, b)
+def _avx2(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, layer: str = "linear layer") -> torch.Tensor:
+    if _linear is None:
+        raise RuntimeError("the avx2 product needs specdec._linear, which was not built here")
+    return _c_product(_linear.linear, torch.float32, x, w, b, layer)
 
 
-def _avx2_bf16(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None) -> torch.Tensor:
+def _avx2_bf16(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None,
+               layer: str = "linear layer") -> torch.Tensor:
     """x (any float dtype) times a bf16 weight, fp32 accumulation, fp32 result."""
-    return _c_product(_linear.linear_bf16, x, w, b)
+    if _linear is None:
+        raise RuntimeError("the avx2-bf16 product needs specdec._linear, which was not built here")
+    return _c_product(_linear.linear_bf16, torch.bfloat16, x, w, b, layer)
+
+
+def _native_modules() -> dict:
+    from . import attention
+
+    return {"_linear": _linear, "_attention": attention._attention}
+
+
+def kernel_build() -> str:
+    """The native modules' build (hashes of their sources and compile flags, set by setup.py), or "none": part of
+    the key of every table timed on them, so that an edited or rebuilt kernel is timed again."""
+    builds = [module.build() for module in _native_modules().values() if module is not None]
+    return "-".join(builds) if builds else "none"
+
+
+def stale_native_modules() -> list[str]:
+    """Native modules whose source was edited after they were built (an editable install does not rebuild them):
+    their timings and results would describe other code."""
+    return [name for name, module in _native_modules().items()
+            if module is not None and native_build.source_path(name).is_file()
+            and native_build.build_id(name) != module.build()]
 
 
 BACKENDS: dict[str, Callable] = {"linear": _linear_backend, "weight_major": _weight_major, "avx2": _avx2}
@@ -70,11 +131,14 @@ def available_backends() -> list[str]:
 
 
 class BackendLinear(nn.Module):
-    """An fp32 nn.Linear whose product runs on table[rows] (default: `backend`); beyond MAX_TABLE_ROWS rows (a
-    prompt pass) on weight_major, unless plain F.linear was asked for. Shares the original Parameters: no copy."""
+    """An fp32 nn.Linear whose product runs on table[rows] (default: `backend`); beyond `max_rows` rows (a prompt
+    pass; default MAX_TABLE_ROWS) on weight_major, unless plain F.linear was asked for. Shares the original
+    Parameters: no copy. `name` (the layer's path in its model) names it in errors."""
 
-    def __init__(self, linear: nn.Linear, backend: str = "linear", table: Mapping[int, str] | None = None):
+    def __init__(self, linear: nn.Linear, backend: str = "linear", table: Mapping[int, str] | None = None,
+                 max_rows: int = MAX_TABLE_ROWS, name: str = "linear layer"):
         super().__init__()
+        self.name = name
         unknown = {backend, *(table or {}).values()} - set(BACKENDS)
         if unknown:
             raise ValueError(f"unknown linear backend(s) {sorted(unknown)}; known: {sorted(BACKENDS)}")
@@ -85,7 +149,7 @@ class BackendLinear(nn.Module):
         self.weight, self.bias = linear.weight, linear.bias
         # Row counts the table leaves out take the choice of the nearest one below it (or `backend`).
         self.table, choice = {}, backend
-        for rows in range(1, MAX_TABLE_ROWS + 1):
+        for rows in range(1, max_rows + 1):
             choice = self.table[rows] = (table or {}).get(rows, choice)
         # Products of more rows (a prompt pass) are compute-bound: W @ xᵀ runs them at 1.1-1.8x F.linear's speed on
         # this project's AMD machines (docs/performance.md); plain F.linear stays where it was asked for.
@@ -97,15 +161,15 @@ class BackendLinear(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         rows = x.numel() // self.in_features
         name = self.backend_for(rows) if x.dtype == torch.float32 else "linear"
-        out = BACKENDS[name](x.reshape(rows, self.in_features), self.weight, self.bias)
+        out = BACKENDS[name](x.reshape(rows, self.in_features), self.weight, self.bias, layer=self.name)
         return out.reshape(*x.shape[:-1], self.out_features)
 
 
 class WeightMajorLinear(BackendLinear):
     """nn.Linear computed as (W @ xᵀ)ᵀ for every row count."""
 
-    def __init__(self, linear: nn.Linear):
-        super().__init__(linear, "weight_major")
+    def __init__(self, linear: nn.Linear, name: str = "linear layer"):
+        super().__init__(linear, "weight_major", name=name)
 
 
 # Products of a bf16 weight: torch's own bf16 product; the AVX2 kernel reading the bf16 weights.
@@ -139,8 +203,9 @@ class RowAdaptiveBf16Linear(nn.Module):
     on (a draft's q is whatever it computed)."""
 
     def __init__(self, linear: nn.Linear, max_bf16_rows: int | None = None, backend: str = "bf16",
-                 table: Mapping[int, str] | None = None, beyond: str = "bf16-as-fp32"):
+                 table: Mapping[int, str] | None = None, beyond: str = "bf16-as-fp32", name: str = "linear layer"):
         super().__init__()
+        self.name = name
         if linear.weight.dtype != torch.bfloat16:
             raise TypeError(f"RowAdaptiveBf16Linear wraps a bfloat16 nn.Linear, got {linear.weight.dtype}")
         if backend not in BF16_BACKENDS:
@@ -169,7 +234,7 @@ class RowAdaptiveBf16Linear(nn.Module):
 
     def backend_for(self, rows: int) -> str:
         if not self.table:
-            return self.backend if rows <= self.max_bf16_rows else "bf16-as-fp32"
+            return self.backend if rows <= self.max_bf16_rows else self.beyond
         if rows > max(self.table):
             return self.beyond
         below = [timed for timed in self.table if timed <= rows]
@@ -180,7 +245,7 @@ class RowAdaptiveBf16Linear(nn.Module):
         if name == "bf16-as-fp32":
             return _weight_major(x.float(), self.weight_fp32, self.bias_fp32)
         if name == "avx2-bf16":
-            return _avx2_bf16(x, self.weight, self.bias_fp32)
+            return _avx2_bf16(x, self.weight, self.bias_fp32, layer=self.name)
         return nn.functional.linear(x, self.weight, self.bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -189,11 +254,40 @@ class RowAdaptiveBf16Linear(nn.Module):
         return out.reshape(*x.shape[:-1], self.out_features).to(x.dtype)
 
 
-def _replace_linears(model: nn.Module, make: Callable[[nn.Linear], nn.Module | None]) -> nn.Module:
-    """Replace every plain nn.Linear for which make() returns a module; the original is kept for default_linear."""
-    for parent in list(model.modules()):
+def invariant_kernels_available() -> bool:
+    """Whether this machine can run the batch-invariant setup: the native linear and attention kernels."""
+    from . import attention
+
+    return "avx2" in available_backends() and attention.available()
+
+
+def use_invariant_kernels(model: nn.Module, bf16_tables: Mapping[str, Mapping] | None = None) -> nn.Module:
+    """Make a position's logits the same bits in a one-token step and in a pass over up to INVARIANT_ROWS positions,
+    on any thread count (in place; returns the model): every fp32 product of up to INVARIANT_ROWS rows on the avx2
+    kernel, every bf16 one on avx2-bf16 (the same order on the bf16 values), attention on the native kernel
+    (specdec/attention.py). Prompt passes run on the fastest products (bf16: `bf16_tables`' "beyond" where given);
+    their rows are never compared with a step's, since the baseline and the speculative loop share them."""
+    from . import attention
+
+    if not invariant_kernels_available():
+        raise RuntimeError("linear_kernel 'invariant' needs specdec's native kernels (specdec._linear and "
+                           "specdec._attention, built by the install where a C compiler is there) on an x86 CPU with "
+                           "AVX2 and FMA; they are missing here. Reinstall with a compiler, or set "
+                           "runtime.linear_kernel: auto (fastest per row count, not batch-invariant: greedy identity "
+                           "then rests on the near-tie diagnosis)")
+    use_row_adaptive_bf16_linear(model, max_bf16_rows=INVARIANT_ROWS, default="avx2-bf16")
+    if bf16_tables:
+        apply_bf16_tables(model, bf16_tables, per_row_count=False)
+    use_backends(model, "avx2", max_rows=INVARIANT_ROWS)
+    return attention.use_invariant_attention(model)
+
+
+def _replace_linears(model: nn.Module, make: Callable[[nn.Linear, str], nn.Module | None]) -> nn.Module:
+    """Replace every plain nn.Linear for which make(linear, its path in the model) returns a module; the original
+    is kept for default_linear."""
+    for path, parent in list(model.named_modules()):
         for name, child in list(parent.named_children()):
-            if type(child) is nn.Linear and (replacement := make(child)) is not None:
+            if type(child) is nn.Linear and (replacement := make(child, f"{path}.{name}" if path else name)):
                 replacement.original = [child]  # in a list: not registered as a submodule
                 setattr(parent, name, replacement)
     return model
@@ -204,14 +298,14 @@ def use_row_adaptive_bf16_linear(model: nn.Module, max_bf16_rows: int | None = N
     """Replace every bfloat16 nn.Linear of `model` in place (see RowAdaptiveBf16Linear), each on its shape's backend
     from `backends` ("out x in" -> "bf16" or "avx2-bf16"), else on `default`; `tune_row_adaptive_bf16` then sets
     measured choices per row count."""
-    return _replace_linears(model, lambda linear: RowAdaptiveBf16Linear(
-        linear, max_bf16_rows, (backends or {}).get(shape_key(linear), default))
+    return _replace_linears(model, lambda linear, name: RowAdaptiveBf16Linear(
+        linear, max_bf16_rows, (backends or {}).get(shape_key(linear), default), name=name)
         if linear.weight.dtype == torch.bfloat16 else None)
 
 
 def use_weight_major_linear(model: nn.Module) -> nn.Module:
     """Replace every nn.Linear of `model` in place by a WeightMajorLinear; returns the model."""
-    return _replace_linears(model, WeightMajorLinear)
+    return _replace_linears(model, lambda linear, name: WeightMajorLinear(linear, name))
 
 
 def shape_key(linear: nn.Module) -> str:
@@ -219,11 +313,12 @@ def shape_key(linear: nn.Module) -> str:
 
 
 def use_backends(model: nn.Module, backend: str = "linear",
-                 tables: Mapping[str, Mapping[int, str]] | None = None) -> nn.Module:
+                 tables: Mapping[str, Mapping[int, str]] | None = None, max_rows: int = MAX_TABLE_ROWS) -> nn.Module:
     """Replace every fp32 nn.Linear by a BackendLinear: its shape's table (from `fastest_backends`, keyed by
-    "out x in") where there is one, else `backend` for every row count; returns the model."""
-    return _replace_linears(model, lambda linear: BackendLinear(linear, backend, (tables or {}).get(shape_key(linear)))
-                            if linear.weight.dtype == torch.float32 else None)
+    "out x in") where there is one, else `backend` for every row count up to `max_rows`; returns the model."""
+    return _replace_linears(model, lambda linear, name: BackendLinear(
+        linear, backend, (tables or {}).get(shape_key(linear)), max_rows, name)
+        if linear.weight.dtype == torch.float32 else None)
 
 
 def backend_spans(tables: Mapping[str, Mapping[int, str]]) -> dict[str, dict[str, str]]:
@@ -231,12 +326,14 @@ def backend_spans(tables: Mapping[str, Mapping[int, str]]) -> dict[str, dict[str
     spans_by_shape = {}
     for shape, table in tables.items():
         spans: list[list] = []  # [first rows, last rows, backend]
-        for rows, backend in sorted(table.items()):
+        for rows, backend in sorted((rows, name) for rows, name in table.items() if rows != "beyond"):
             if spans and spans[-1][2] == backend and spans[-1][1] == rows - 1:
                 spans[-1][1] = rows
             else:
                 spans.append([rows, rows, backend])
         spans_by_shape[shape] = {(str(a) if a == b else f"{a}-{b}"): name for a, b, name in spans}
+        if "beyond" in table:  # a bf16 table's prompt-pass product
+            spans_by_shape[shape]["beyond"] = table["beyond"]
     return spans_by_shape
 
 
@@ -329,27 +426,56 @@ BF16_TUNED_ROWS = (1, 2, 4, 8, 16, 32)
 
 
 @torch.inference_mode()
-def tune_row_adaptive_bf16(model: nn.Module, rows: Iterable[int] = BF16_TUNED_ROWS, repeats: int = 2,
-                           log: Callable[[str], None] = lambda _: None) -> dict[str, dict[int, str]]:
-    """Time torch's bf16 product, the AVX2 kernel on the bf16 weights (where there is one) and the fp32 copy on the
-    model's own RowAdaptiveBf16Linear layers at each of `rows`, per weight shape, and give every layer its shape's
-    fastest per row count (set_table). Which wins depends on the machine: on the AMD EPYC (no native bf16) torch's
-    bf16 product loses past a few rows, on an Intel Xeon with AMX it is flat from 1 to 32 rows
-    (docs/performance.md). Returns the tables ("out x in" -> {rows: product, "beyond": product})."""
+def time_bf16_products(model: nn.Module, rows: Iterable[int] = BF16_TUNED_ROWS, repeats: int = 2,
+                       log: Callable[[str], None] = lambda _: None) -> list[dict]:
+    """Seconds per product of torch's bf16 product, the AVX2 kernel on the bf16 weights (where there is one) and
+    the fp32 copy, on the model's own RowAdaptiveBf16Linear layers, per weight shape and row count (the rows of
+    `time_backends`)."""
     groups = {key: [m for m in layers if isinstance(m, RowAdaptiveBf16Linear)]
               for key, layers in _layers_by_shape(model, torch.bfloat16).items()}
     groups = {key: layers for key, layers in groups.items() if layers}
     names = [*available_bf16_backends(), "bf16-as-fp32"]
-    rows = sorted(rows)
-    timings = _time_products(groups, rows, repeats, names, lambda name, layer, x: layer.product(name, x),
-                             torch.bfloat16, log)
+    return _time_products(groups, sorted(rows), repeats, names, lambda name, layer, x: layer.product(name, x),
+                          torch.bfloat16, log)
+
+
+def bf16_tables(timings: Iterable[Mapping]) -> dict[str, dict]:
+    """Per weight shape, the fastest bf16 product per timed row count and, under "beyond", the faster at the
+    largest timed count of the two that scale with rows (torch's bf16, the fp32 copy): the AVX2 kernel reads every
+    weight once per 16 rows and falls behind both on a prompt pass."""
+    timings = list(timings)
+    largest = max(int(t["rows"]) for t in timings)
     tables = fastest_backends(timings)
-    scaling = fastest_backends([t for t in timings if t["rows"] == rows[-1] and t["backend"] != "avx2-bf16"])
-    for key, layers in groups.items():
-        beyond = scaling[key][rows[-1]]
-        for layer in layers:
-            layer.set_table(tables[key], beyond)
-        tables[key] = {**tables[key], "beyond": beyond}
+    scaling = fastest_backends([t for t in timings if int(t["rows"]) == largest and t["backend"] != "avx2-bf16"])
+    return {key: {**table, "beyond": scaling[key][largest]} for key, table in tables.items()}
+
+
+def tables_from_timings(timings: Iterable[Mapping]) -> dict[str, dict]:
+    """A kernel table file's timings as the tables a model loads with: bf16 ones (`bf16_tables`) when they time
+    bf16 products, else the fastest fp32 backend per shape and row count (`fastest_backends`)."""
+    timings = list(timings)
+    if timings and all(t["backend"] in BF16_CHOICES for t in timings):
+        return bf16_tables(timings)
+    return fastest_backends(timings)
+
+
+def apply_bf16_tables(model: nn.Module, tables: Mapping[str, Mapping], per_row_count: bool = True) -> None:
+    """Give every RowAdaptiveBf16Linear its shape's measured choices (`bf16_tables`): per row count and beyond, or,
+    with per_row_count False (the batch-invariant setup), only the product beyond its bf16 rows."""
+    for layer in model.modules():
+        if isinstance(layer, RowAdaptiveBf16Linear) and (table := tables.get(shape_key(layer))):
+            per_rows = {rows: name for rows, name in table.items() if rows != "beyond"}
+            layer.set_table(per_rows if per_row_count else None, table["beyond"])
+
+
+def tune_row_adaptive_bf16(model: nn.Module, rows: Iterable[int] = BF16_TUNED_ROWS, repeats: int = 2,
+                           log: Callable[[str], None] = lambda _: None) -> dict[str, dict[int, str]]:
+    """Time the bf16 products on the model's own layers (`time_bf16_products`) and give every layer its shape's
+    fastest per row count (`apply_bf16_tables`). Which wins depends on the machine: on the AMD EPYC (no native
+    bf16) torch's bf16 product loses past a few rows, on an Intel Xeon with AMX it is flat from 1 to 32 rows
+    (docs/performance.md). Returns the tables ("out x in" -> {rows: product, "beyond": product})."""
+    tables = bf16_tables(time_bf16_products(model, rows, repeats, log))
+    apply_bf16_tables(model, tables)
     return tables
 
 

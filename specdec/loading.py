@@ -15,11 +15,13 @@ import torch
 
 from .errors import InvalidModelDirError, VocabularyMismatchError
 from .kernels import (
+    apply_bf16_tables,
     available_backends,
     fastest_backends,
     time_backends,
     tune_row_adaptive_bf16,
     use_backends,
+    use_invariant_kernels,
     use_row_adaptive_bf16_linear,
 )
 
@@ -27,21 +29,25 @@ MANIFEST = "manifest.json"
 DTYPES = ("float32", "bfloat16", "float16")
 
 
-LINEAR_KERNELS = ("default", "weight_major", "avx2", "auto")
+LINEAR_KERNELS = ("invariant", "auto", "default", "weight_major", "avx2")
 
 
 @dataclass(frozen=True)
 class Runtime:
     """How a model runs: its dtype, the device, the linear-layer kernel and the torch thread count.
 
-    linear_kernel: "default" keeps torch's nn.Linear; "weight_major" and "avx2" run every fp32 product of up to
-    16 rows on that backend (specdec/kernels.py); "auto" on the backend measured fastest on this machine for each
-    weight shape and row count. On the CPU a bf16 model's linear layers become row-adaptive (bf16 for few rows,
-    an fp32 copy of the same values for many) with any kernel but "default"."""
+    linear_kernel: "invariant" (the default) runs every product of up to 32 rows and the attention on order-fixed
+    native kernels, so that a position's logits are the same bits in a one-token step, in any verify pass and on any
+    thread count (kernels.use_invariant_kernels): greedy identity holds by construction. "auto" runs each product on
+    the backend measured fastest on this machine per weight shape and row count: up to 5% faster one-token steps on
+    an Intel Xeon with AMX, nothing on the AMD EPYC (docs/performance.md), but a verify pass then sums in other
+    orders than a step. "default" keeps torch's nn.Linear; "weight_major" and "avx2" run every fp32 product of up to
+    16 rows on that backend (specdec/kernels.py). On the CPU a bf16 model's linear layers become row-adaptive (bf16
+    for few rows, an fp32 copy of the same values for many) with any kernel but "default"."""
 
     dtype: str = "float32"
     device: str = "cpu"
-    linear_kernel: str = "auto"
+    linear_kernel: str = "invariant"
     threads: int | None = None
 
     def __post_init__(self):
@@ -80,8 +86,9 @@ def load_for_decoding(model_dir, runtime: Runtime, backend_tables: dict[str, dic
                       log=lambda _: None):
     """A prepared model set up as the study runs it (dtype, device, linear kernel); returns (model, tokenizer).
 
-    With linear_kernel "auto", `backend_tables` ("out x in" -> {rows: backend}, from kernels.fastest_backends over
-    this machine's timings) says which backend each product runs on; without them the backends are timed now."""
+    With linear_kernel "auto", `backend_tables` (kernels.tables_from_timings over this machine's timings: fp32
+    "out x in" -> {rows: backend}, or bf16 ones with "beyond") says which product each layer runs; without them the
+    products are timed now. With "invariant" only a bf16 model's prompt-pass product comes from them."""
     if runtime.threads:
         torch.set_num_threads(runtime.threads)
     if runtime.device == "cuda" and not torch.cuda.is_available():
@@ -89,12 +96,17 @@ def load_for_decoding(model_dir, runtime: Runtime, backend_tables: dict[str, dic
     model, tokenizer = load_model(model_dir, dtype=runtime.dtype, device=runtime.device)
     if runtime.device != "cpu" or runtime.linear_kernel == "default":
         return model, tokenizer
+    if runtime.linear_kernel == "invariant":
+        return use_invariant_kernels(model, backend_tables if runtime.dtype == "bfloat16" else None), tokenizer
     if runtime.dtype == "bfloat16":
         # few rows read the bf16 weights (torch's product or the AVX2 kernel), many rows (a prompt pass) run on an
-        # fp32 copy of the same values or torch's bf16 product; with "auto" measured now per shape and row count
+        # fp32 copy of the same values or torch's bf16 product; with "auto" as measured per shape and row count
         model = use_row_adaptive_bf16_linear(model, default="avx2-bf16" if runtime.linear_kernel == "avx2" else "bf16")
         if runtime.linear_kernel == "auto":
-            tune_row_adaptive_bf16(model, log=log)
+            if backend_tables:
+                apply_bf16_tables(model, backend_tables)
+            else:
+                tune_row_adaptive_bf16(model, log=log)
         return model, tokenizer
     if runtime.linear_kernel == "auto":
         if backend_tables is None:

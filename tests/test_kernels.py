@@ -54,15 +54,34 @@ from specdec.kernels import (  # noqa: E402
 )
 
 
+THREADS = (1, 2)  # the OpenMP path (2) and the serial one; conftest sets 1 for the rest of the suite
+RAGGED_K = (3, 7, 8, 13, 300)  # below one 8-wide lane, ragged tails, exactly one lane, several K tiles
+
+
+@pytest.fixture(params=THREADS, ids=lambda n: f"threads{n}")
+def threads(request):
+    before = torch.get_num_threads()
+    torch.set_num_threads(request.param)
+    yield request.param
+    torch.set_num_threads(before)
+
+
 @pytest.mark.parametrize("backend", available_backends())
-@pytest.mark.parametrize("bias", [True, False])
-def test_every_backend_computes_the_layer_for_every_row_count(backend, bias):
-    torch.manual_seed(1)
-    linear = nn.Linear(37, 29, bias=bias)  # odd sizes: the kernels' tails are exercised
-    layer = BackendLinear(linear, backend)
-    for rows in (1, 2, 3, 4, 5, 7, 9, 16, 40):  # 40: beyond the table
-        x = torch.randn(1, rows, 37)
-        torch.testing.assert_close(layer(x), linear(x), rtol=1e-5, atol=1e-5)
+@pytest.mark.parametrize("bias", [True, False], ids=["bias", "no-bias"])
+def test_every_backend_computes_the_layer_for_every_row_count(backend, bias, threads):
+    """Rows 1..40 on the backend named by the case (the table is stretched to 40 rows so that no row count falls
+    through to another backend), ragged K, a non-contiguous input."""
+    for in_features in RAGGED_K:
+        torch.manual_seed(in_features)
+        linear = nn.Linear(in_features, 29, bias=bias)  # 29 outputs: a partial block of output rows
+        layer = BackendLinear(linear, backend, max_rows=40)
+        for rows in range(1, 41):
+            assert layer.backend_for(rows) == backend
+            x = torch.randn(1, rows, in_features)
+            torch.testing.assert_close(layer(x), linear(x), rtol=1e-5, atol=1e-5)
+        wide = torch.randn(7, 2 * in_features)
+        strided = wide[:, ::2]  # non-contiguous rows
+        torch.testing.assert_close(layer(strided), linear(strided.contiguous()), rtol=1e-5, atol=1e-5)
     assert layer.weight is linear.weight  # shared, not copied
 
 

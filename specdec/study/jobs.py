@@ -15,7 +15,7 @@ import pandas as pd
 
 from ..decode import DecodeResult, generate_baseline, generate_speculative
 from ..drafts import DraftResources, get_kind
-from ..kernels import fastest_backends
+from ..kernels import tables_from_timings
 from ..lm import eos_ids_of, vocab_size_of
 from ..loading import Runtime, check_same_vocabulary, load_for_decoding
 from .diagnose import diagnose_divergence
@@ -43,9 +43,10 @@ def draft_runtime(spec: Mapping, runtime: Runtime) -> Runtime:
     return replace(runtime, dtype=spec.get("dtype") or runtime.dtype)
 
 
-def read_backend_tables(path) -> dict[str, dict[int, str]] | None:
-    """The fastest linear backend per weight shape and row count from a time_linear_backends table (None: none)."""
-    return fastest_backends(pd.read_csv(path).to_dict("records")) if path else None
+def read_backend_tables(path) -> dict[str, dict] | None:
+    """The fastest product per weight shape and row count from a kernel table (time_linear_backends: fp32
+    backends; time_bf16_products: bf16 products with the prompt pass's under "beyond"); None without a path."""
+    return tables_from_timings(pd.read_csv(path).to_dict("records")) if path else None
 
 
 def load_draft_model(name: str, spec: Mapping, draft_dir, target_tokenizer, runtime: Runtime,

@@ -1,0 +1,206 @@
+/* Batch-invariant causal attention for the few query rows of a decoding step or a verify pass (x86, AVX2 + FMA).
+ *
+ * out[i][h] = softmax(scale * q[h][i] . k[h'][0..n_i)) . v[h'][0..n_i), where query i of m sits at position
+ * L - m + i of the L cached keys (n_i = L - m + i + 1 keys: causal) and h' = h / (H / H_kv) is its key/value head
+ * (grouped-query attention).
+ *
+ * Why: BLAS and torch's attention kernels change their blocking with the number of query rows and keys, so the same
+ * position computed in a one-token step and in a verify pass over m positions differs in the last bits (a tiny
+ * model: 315 of 315 rows differ). Here every output is computed by one thread, over exactly its own n_i keys, in an
+ * order that depends only on n_i and the head size: each dot product in 8-wide lanes along the head dimension then
+ * one horizontal sum; the softmax's sum in 8-wide lanes along the keys; the weighted sum of values key by key. So a
+ * row's result is the same bits whatever m is, whatever the thread count, and whichever other rows share the call.
+ * Keys and values may be fp32 or bfloat16 (widened in registers, as in _linear.c); queries and the output are fp32.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <math.h>
+#include <stdlib.h>
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#if defined(__x86_64__) || defined(_M_X64)
+#include <immintrin.h>
+#define SPECDEC_X86 1
+#endif
+
+#define MAX_HEAD_DIM 512 /* the output accumulator lives on the stack */
+
+#ifdef SPECDEC_X86
+#define AVX2 __attribute__((target("avx2,fma")))
+
+AVX2 static inline float hsum(__m256 v) {
+    __m128 lo = _mm256_castps256_ps128(v), hi = _mm256_extractf128_ps(v, 1);
+    lo = _mm_add_ps(lo, hi);
+    lo = _mm_add_ps(lo, _mm_movehl_ps(lo, lo));
+    lo = _mm_add_ss(lo, _mm_movehdup_ps(lo));
+    return _mm_cvtss_f32(lo);
+}
+
+AVX2 static inline __m256 load8_f32(const float *p) { return _mm256_loadu_ps(p); }
+AVX2 static inline __m256 load8_bf16(const uint16_t *p) {
+    __m256i wide = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(wide, 16));
+}
+static inline float value_f32(const float *p) { return *p; }
+static inline float value_bf16(const uint16_t *p) {
+    union { uint32_t u; float f; } v = {.u = (uint32_t)*p << 16};
+    return v.f;
+}
+
+/* exp(x) lane by lane (Cephes' single-precision polynomial, ~1 ulp on the softmax's range x <= 0). Each lane's
+ * result depends on its own input only, which is what keeps the softmax batch-invariant. */
+AVX2 static inline __m256 exp8(__m256 x) {
+    x = _mm256_max_ps(_mm256_min_ps(x, _mm256_set1_ps(88.3762626647949f)), _mm256_set1_ps(-88.3762626647949f));
+    __m256 fx = _mm256_floor_ps(_mm256_add_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                                              _mm256_set1_ps(0.5f)));
+    x = _mm256_sub_ps(x, _mm256_mul_ps(fx, _mm256_set1_ps(0.693359375f)));
+    x = _mm256_sub_ps(x, _mm256_mul_ps(fx, _mm256_set1_ps(-2.12194440e-4f)));
+    __m256 z = _mm256_mul_ps(x, x);
+    __m256 y = _mm256_set1_ps(1.9875691500e-4f);
+    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(1.3981999507e-3f));
+    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(8.3334519073e-3f));
+    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(4.1665795894e-2f));
+    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(1.6666665459e-1f));
+    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(5.0000001201e-1f));
+    y = _mm256_add_ps(_mm256_fmadd_ps(y, z, x), _mm256_set1_ps(1.0f));
+    __m256i n = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvttps_epi32(fx), _mm256_set1_epi32(127)), 23);
+    return _mm256_mul_ps(y, _mm256_castsi256_ps(n));
+}
+
+#define DEFINE_ATTEND(SUFFIX, KT)                                                                                    \
+    AVX2 static float dot_##SUFFIX(const float *q, const KT *k, int64_t D) {                                         \
+        __m256 acc = _mm256_setzero_ps();                                                                            \
+        const int64_t D8 = D & ~(int64_t)7;                                                                          \
+        for (int64_t d = 0; d < D8; d += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(q + d), load8_##SUFFIX(k + d), acc); \
+        float s = hsum(acc);                                                                                         \
+        for (int64_t d = D8; d < D; d++) s = fmaf(q[d], value_##SUFFIX(k + d), s);                                   \
+        return s;                                                                                                    \
+    }                                                                                                                \
+                                                                                                                     \
+    /* One (head, query) output; s: n rounded up to 8 floats of scratch. */                                          \
+    AVX2 static void attend_one_##SUFFIX(const float *q, const KT *k, int64_t k_sp, const KT *v, int64_t v_sp,       \
+                                         float *out, int64_t n, int64_t D, float scale, float *s) {                  \
+        float mx = -INFINITY;                                                                                        \
+        for (int64_t t = 0; t < n; t++) {                                                                            \
+            s[t] = scale * dot_##SUFFIX(q, k + t * k_sp, D);                                                         \
+            mx = s[t] > mx ? s[t] : mx;                                                                              \
+        }                                                                                                            \
+        const int64_t n8 = (n + 7) & ~(int64_t)7;                                                                    \
+        for (int64_t t = n; t < n8; t++) s[t] = mx; /* padding lanes, zeroed below */                                \
+        const __m256 vmx = _mm256_set1_ps(mx);                                                                       \
+        const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);                                              \
+        __m256 total = _mm256_setzero_ps();                                                                          \
+        for (int64_t t = 0; t < n8; t += 8) {                                                                        \
+            __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(s + t), vmx));                                             \
+            __m256i live = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)(n - t)), lane);                                \
+            e = _mm256_and_ps(e, _mm256_castsi256_ps(live));                                                         \
+            _mm256_storeu_ps(s + t, e);                                                                              \
+            total = _mm256_add_ps(total, e);                                                                         \
+        }                                                                                                            \
+        float acc[MAX_HEAD_DIM];                                                                                     \
+        const int64_t D8 = D & ~(int64_t)7;                                                                          \
+        for (int64_t d = 0; d < D; d++) acc[d] = 0.0f;                                                               \
+        for (int64_t t = 0; t < n; t++) {                                                                            \
+            const KT *vt = v + t * v_sp;                                                                             \
+            const __m256 p = _mm256_set1_ps(s[t]);                                                                   \
+            for (int64_t d = 0; d < D8; d += 8)                                                                      \
+                _mm256_storeu_ps(acc + d, _mm256_fmadd_ps(p, load8_##SUFFIX(vt + d), _mm256_loadu_ps(acc + d)));     \
+            for (int64_t d = D8; d < D; d++) acc[d] = fmaf(s[t], value_##SUFFIX(vt + d), acc[d]);                     \
+        }                                                                                                            \
+        const float inv = 1.0f / hsum(total);                                                                        \
+        for (int64_t d = 0; d < D; d++) out[d] = acc[d] * inv;                                                       \
+    }                                                                                                                \
+                                                                                                                     \
+    static void attend_##SUFFIX(const float *q, int64_t q_sh, int64_t q_sp, const KT *k, int64_t k_sh, int64_t k_sp, \
+                                const KT *v, int64_t v_sh, int64_t v_sp, float *out, int64_t o_sh, int64_t o_sp,     \
+                                int64_t H, int64_t Hkv, int64_t M, int64_t L, int64_t D, float scale, int threads,   \
+                                float *scratch, int64_t per_thread) {                                                \
+        const int64_t group = H / Hkv;                                                                               \
+        _Pragma("omp parallel for num_threads(threads) schedule(static)")                                            \
+        for (int64_t task = 0; task < H * M; task++) {                                                               \
+            const int64_t h = task / M, i = task % M, kv = h / group;                                                \
+            int thread = 0;                                                                                          \
+            _OMP_THREAD(thread);                                                                                     \
+            attend_one_##SUFFIX(q + h * q_sh + i * q_sp, k + kv * k_sh, k_sp, v + kv * v_sh, v_sp,                   \
+                                out + h * o_sh + i * o_sp, L - M + i + 1, D, scale, scratch + thread * per_thread);  \
+        }                                                                                                            \
+    }
+
+#ifdef _OPENMP
+#define _OMP_THREAD(t) (t) = omp_get_thread_num()
+#else
+#define _OMP_THREAD(t) (void)(t)
+#endif
+
+DEFINE_ATTEND(f32, float)
+DEFINE_ATTEND(bf16, uint16_t)
+#endif
+
+static int supported(void) {
+#ifdef SPECDEC_X86
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+#else
+    return 0;
+#endif
+}
+
+/* attention(q, q_sh, q_sp, k, k_sh, k_sp, v, v_sh, v_sp, out, o_sh, o_sp, H, Hkv, M, L, D, scale, threads, bf16):
+ * addresses and element strides (head, position; the head dimension is contiguous). specdec/attention.py checks
+ * every tensor before the call; here only what C itself needs. */
+static PyObject *py_attention(PyObject *self, PyObject *args) {
+    unsigned long long q, k, v, out;
+    long long q_sh, q_sp, k_sh, k_sp, v_sh, v_sp, o_sh, o_sp, H, Hkv, M, L, D;
+    float scale;
+    int threads, bf16;
+    if (!PyArg_ParseTuple(args, "KLLKLLKLLKLLLLLLLfip", &q, &q_sh, &q_sp, &k, &k_sh, &k_sp, &v, &v_sh, &v_sp, &out,
+                          &o_sh, &o_sp, &H, &Hkv, &M, &L, &D, &scale, &threads, &bf16))
+        return NULL;
+    if (!supported()) {
+        PyErr_SetString(PyExc_RuntimeError, "specdec._attention needs an x86 CPU with AVX2 and FMA");
+        return NULL;
+    }
+    if (H < 1 || Hkv < 1 || H % Hkv || M < 1 || L < M || D < 1 || D > MAX_HEAD_DIM || threads < 1) {
+        PyErr_Format(PyExc_ValueError, "bad attention sizes: H %lld, H_kv %lld, m %lld, L %lld, D %lld (max %d), "
+                     "threads %d", H, Hkv, M, L, D, MAX_HEAD_DIM, threads);
+        return NULL;
+    }
+#ifdef SPECDEC_X86
+    const int64_t per_thread = (L + 7) & ~(int64_t)7;
+    float *scratch = malloc(sizeof(float) * per_thread * threads);
+    if (!scratch) return PyErr_NoMemory();
+    Py_BEGIN_ALLOW_THREADS
+    if (bf16)
+        attend_bf16((const float *)(uintptr_t)q, q_sh, q_sp, (const uint16_t *)(uintptr_t)k, k_sh, k_sp,
+                    (const uint16_t *)(uintptr_t)v, v_sh, v_sp, (float *)(uintptr_t)out, o_sh, o_sp, H, Hkv, M, L, D,
+                    scale, threads, scratch, per_thread);
+    else
+        attend_f32((const float *)(uintptr_t)q, q_sh, q_sp, (const float *)(uintptr_t)k, k_sh, k_sp,
+                   (const float *)(uintptr_t)v, v_sh, v_sp, (float *)(uintptr_t)out, o_sh, o_sp, H, Hkv, M, L, D,
+                   scale, threads, scratch, per_thread);
+    Py_END_ALLOW_THREADS
+    free(scratch);
+    Py_RETURN_NONE;
+#else
+    return NULL;
+#endif
+}
+
+static PyObject *py_supported(PyObject *self, PyObject *args) { return PyBool_FromLong(supported()); }
+
+static PyObject *py_build(PyObject *self, PyObject *args) { return PyUnicode_FromString(SPECDEC_BUILD); }
+
+static PyMethodDef methods[] = {
+    {"attention", py_attention, METH_VARARGS, "Causal attention of m query rows over L cached keys (see the source)."},
+    {"supported", py_supported, METH_NOARGS, "Whether this CPU can run attention()."},
+    {"build", py_build, METH_NOARGS, "The hash of the source and compile flags this module was built from."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_attention", NULL, -1, methods};
+
+PyMODINIT_FUNC PyInit__attention(void) { return PyModule_Create(&module); }
