@@ -21,6 +21,7 @@ import numpy as np
 import pandas as pd
 import torch
 
+from specdec.drafts.hybrid import lookup_drafts_block
 from specdec.drafts.lookup import PromptLookupDraft
 from specdec.kernels import use_row_adaptive_bf16_linear
 from specdec.lm import CachedLM
@@ -51,7 +52,7 @@ def simulate(prompt, generated, draft_argmax, draft_confidence, lookup, min_conf
     while i < len(generated):
         budget = min(k, len(generated) - i)
         proposal = lookup.lookup(prompt + generated[:i], budget)
-        if proposal:
+        if lookup_drafts_block(proposal):  # the engine's policy, as HybridDraft decides
             accepted = next((a for a, token in enumerate(proposal) if token != generated[i + a]), len(proposal))
             drafted = len(proposal)
         else:

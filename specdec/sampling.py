@@ -114,6 +114,17 @@ def validate_step_inputs(p: torch.Tensor, q: torch.Tensor, draft_tokens: torch.T
         raise ValueError(f"draft token {i} has q = 0: it cannot have been sampled from q")
 
 
+def acceptance_probability(p_x: torch.Tensor, q_x: torch.Tensor) -> torch.Tensor:
+    """min(1, p(x) / q(x)) in float64, elementwise: the probability of keeping a draft token x drawn from q.
+
+    Why the rule is exact: x is drawn and kept with probability q(x) min(1, p(x)/q(x)) = min(p(x), q(x)); a rejection
+    happens with probability 1 - sum min(p, q) = sum max(0, p - q), and is followed by a draw from
+    residual_distribution, normalise(max(0, p - q)); so y is emitted with probability min(p, q)(y) + max(0, p - q)(y)
+    = p(y). Both the decoding loop and the distribution check's laws (specdec.study.distribution) call this and
+    residual_distribution: there is one rule."""
+    return (p_x.double() / q_x.double()).clamp_max(1.0)
+
+
 def residual_distribution(p_row: torch.Tensor, q_row: torch.Tensor) -> torch.Tensor:
     """normalise(max(0, p - q)) in float64. When p and q agree to rounding the residual has no mass and the
     rejection itself was a rounding event; p is then the only distribution that keeps the output exact."""
@@ -141,8 +152,9 @@ def _speculative_step_unchecked(
     p_drafted = p[:k].gather(1, index).squeeze(1).double()
     q_drafted = q.gather(1, index).squeeze(1).double()
     uniforms = torch.rand(k, generator=generator, dtype=torch.float64)
-    # u < p/q written without the division; u is in [0, 1) so p >= q always accepts.
-    rejected = uniforms * q_drafted >= p_drafted
+    # u is in [0, 1), so p >= q always accepts. Written as "not kept" so that a NaN ratio (p = q = 0, only possible
+    # on unchecked input) rejects, as a token the target forbids must.
+    rejected = ~(uniforms < acceptance_probability(p_drafted, q_drafted))
     if not rejected.any():
         return k, sample_from(p[k].double(), generator)
     n_accepted = int(rejected.nonzero()[0, 0])

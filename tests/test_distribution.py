@@ -20,6 +20,7 @@ from scipy.optimize import brentq
 
 from specdec import sampling
 from specdec.decode import generate_speculative
+from specdec.drafts import hybrid as hybrid_draft
 from specdec.lm import PrefixMemoLM
 from specdec.sampling import SamplingConfig, speculative_step, warp_logits
 from specdec.study.analysis import judge_distribution_checks
@@ -333,6 +334,51 @@ def test_exact_rule_law_is_the_target_law(spec_name):
         model = _law_pair("model")
         assert total_variation(pair.laws(4).by_sampler[STUDY_WRONG_SAMPLERS[0].name],
                                model.laws(4).by_sampler[STUDY_WRONG_SAMPLERS[0].name]) > 1e-3
+
+
+# The mutations of the engine's rule the law must follow: each turns the exact rule into one of the study's wrong
+# samplers, whose law the dynamic program computes with its own (unchanged) functions.
+ENGINE_MUTATIONS = {
+    "residual_distribution": (lambda p_row, q_row: p_row.double() / p_row.double().sum(), "residual drawn from p"),
+    "acceptance_probability": (lambda p_x, q_x: torch.ones_like(p_x.double()), "every draft token accepted"),
+}
+
+
+@pytest.mark.parametrize("function", list(ENGINE_MUTATIONS))
+def test_the_exact_law_follows_the_engines_rule(monkeypatch, function):
+    """The exact rule's law is computed by specdec.sampling's own functions, not by a copy: with one of them replaced
+    by a wrong one in the engine, the 'exact' law becomes that wrong sampler's and the check above fails."""
+    wrong, sampler = ENGINE_MUTATIONS[function]
+    expected = _law_pair("hybrid").laws(4).by_sampler[sampler]
+    assert total_variation(expected, _law_pair("hybrid").exact) > 1e-3  # the mutation is visible at all
+    monkeypatch.setattr(sampling, function, wrong)
+    mutated = _law_pair("hybrid")
+    assert total_variation(mutated.laws(4).by_sampler[EXACT.name], expected) < 1e-12
+    with pytest.raises(RuntimeError, match="does not mirror"):
+        check_exact_law(mutated, 4)
+    with pytest.raises(AssertionError):
+        test_exact_rule_law_is_the_target_law("hybrid")
+
+
+def test_the_hybrid_law_and_the_hybrid_draft_follow_the_engines_policy(monkeypatch):
+    """The hybrid's law and HybridDraft decide lookup-or-model through one function (drafts.hybrid): with it replaced
+    by 'always the model', both follow: the law becomes the model draft's, and a block lookup would draft (the
+    prompt ends in a repeat) comes from the model."""
+    pair, model = _law_pair("hybrid"), _law_pair("model")
+    name = STUDY_WRONG_SAMPLERS[0].name
+
+    def first_block(pair):
+        proposer = pair._proposer(pair.target, pair.draft)
+        proposer.prefill(list(pair.prompt))
+        return proposer.propose(list(pair.prompt), 2, LAW_SAMPLING, torch.Generator().manual_seed(0))
+
+    assert total_variation(pair.laws(4).by_sampler[name], model.laws(4).by_sampler[name]) > 1e-3
+    lookup_block = first_block(pair)
+    assert lookup_block.tokens and (lookup_block.q.max(dim=-1).values == 1.0).all()  # lookup's point masses
+    monkeypatch.setattr(hybrid_draft, "lookup_drafts_block", lambda lookup_tokens: False)
+    mutated = _law_pair("hybrid")
+    assert total_variation(mutated.laws(4).by_sampler[name], model.laws(4).by_sampler[name]) < 1e-12
+    assert first_block(mutated).q.max(dim=-1).values.max() < 1.0  # the model's warped distributions
 
 
 MC_SAMPLES = 4_000

@@ -5,8 +5,10 @@ import pytest
 import scipy.stats
 import torch
 
+from specdec import sampling
 from specdec.sampling import (
     SamplingConfig,
+    acceptance_probability,
     greedy_step,
     residual_distribution,
     speculative_step,
@@ -104,6 +106,28 @@ def test_rejection_draws_from_the_residual():
     assert 800 < counts.sum() < 980  # rejections happen at 1 - 5/9 = 0.444
     assert counts[0] == 0
     assert scipy.stats.chisquare(counts[1:], counts.sum() * np.array([0.625, 0.375])).pvalue > 1e-3
+
+
+def test_acceptance_probability_is_min_one_p_over_q():
+    p = torch.tensor([0.5, 0.3, 0.2, 0.0])
+    q = torch.tensor([0.9, 0.3, 0.1, 0.4])
+    assert acceptance_probability(p, q).tolist() == pytest.approx([5 / 9, 1.0, 1.0, 0.0])
+    assert acceptance_probability(p, q).dtype == torch.float64
+
+
+@pytest.mark.parametrize("kept", [0.0, 1.0])
+def test_the_step_decides_through_acceptance_probability(monkeypatch, kept):
+    # The distribution check's laws call acceptance_probability and residual_distribution; this shows the engine's
+    # step does too (replaced, the step follows), so the laws and the loop share one rule. p, q: kept at 5/9.
+    monkeypatch.setattr(sampling, "acceptance_probability", lambda p_x, q_x: torch.full_like(p_x.double(), kept))
+    monkeypatch.setattr(sampling, "residual_distribution", lambda p_row, q_row: torch.tensor([0.0, 0.0, 1.0]))
+    p = torch.tensor([[0.5, 0.3, 0.2], [1 / 3, 1 / 3, 1 / 3]], dtype=torch.float64)
+    q = torch.tensor([[0.9, 0.05, 0.05]], dtype=torch.float64)
+    steps = {speculative_step(p, q, torch.tensor([0]), torch.Generator().manual_seed(seed)) for seed in range(40)}
+    if kept:
+        assert {n for n, _ in steps} == {1}
+    else:
+        assert steps == {(0, 2)}  # always rejected, then the (replaced) residual's only token
 
 
 def test_degenerate_residual_falls_back_to_p_without_nan():

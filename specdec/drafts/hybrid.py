@@ -12,6 +12,14 @@ from .lookup import PromptLookupDraft
 from .model import ModelDraft
 
 
+def lookup_drafts_block(lookup_tokens: Sequence[int]) -> bool:
+    """The hybrid's policy, written once: a block comes from prompt lookup when lookup proposes at least one token
+    at this context (lookup_tokens: what it proposes there), else from the model draft. HybridDraft, the
+    distribution check's law of its blocks and bench/hybrid_policy.py all decide through this function. It sees
+    the context only through lookup's tokens, which is what keeps the hybrid exact (HybridDraft says why)."""
+    return len(lookup_tokens) > 0
+
+
 class HybridDraft:
     """Each block comes from prompt lookup when it finds a match, else from the model draft.
 
@@ -37,7 +45,7 @@ class HybridDraft:
         self, context: Sequence[int], k: int, sampling: SamplingConfig, generator: torch.Generator
     ) -> Proposal:
         found = self.lookup.propose(context, k, sampling, generator)
-        if found.tokens:
+        if lookup_drafts_block(found.tokens):
             return found
         proposal = self.model.propose(context, k, sampling, generator)
         proposal.draft_seconds += found.draft_seconds

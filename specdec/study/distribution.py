@@ -19,11 +19,13 @@ from typing import Any, Protocol
 import numpy as np
 import torch
 
+from .. import sampling as engine_sampling  # the module, not its names: see _engine_acceptance
 from ..decode import generate_speculative
 from ..drafts import DraftResources, HybridDraft, ModelDraft, PromptLookupDraft, get_kind
+from ..drafts import hybrid as hybrid_draft  # likewise: the hybrid's policy, looked up at every call
 from ..eos import cut_after_eos
 from ..lm import PrefixMemoLM
-from ..sampling import DEGENERATE_RESIDUAL_MASS, SamplingConfig, sample_from, warp_logits
+from ..sampling import SamplingConfig, sample_from, warp_logits
 from .interleave import batch_of_one
 from .stats import GoodnessOfFit, SampleSize, chi_square_gof, chi_square_power, samples_for_power, total_variation
 
@@ -50,17 +52,20 @@ def every_draft_token_accepted(p, q, draft_tokens, generator):
     return k, sample_from(p[k].double(), generator)
 
 
-def _ratio(p_x: float, q_x: float) -> float:
-    return min(1.0, p_x / q_x)
+# The exact rule's two parts are the engine's own functions, looked up in specdec.sampling at every call (so that
+# the laws follow the engine, and a test can replace them there); these only convert the sparse dicts.
+def _engine_acceptance(p_x: float, q_x: float) -> float:
+    """specdec.sampling.acceptance_probability at one token."""
+    return float(engine_sampling.acceptance_probability(torch.tensor(p_x, dtype=torch.float64),
+                                                        torch.tensor(q_x, dtype=torch.float64)))
 
 
-def _residual(p: Dist, q: Dist) -> Dist:
-    """normalise(max(0, p - q)), or p where that has no mass (as specdec.sampling.residual_distribution)."""
-    residual = {t: p_t - q.get(t, 0.0) for t, p_t in p.items() if p_t > q.get(t, 0.0)}
-    mass = sum(residual.values())
-    if mass <= DEGENERATE_RESIDUAL_MASS:
-        return p
-    return {t: r / mass for t, r in residual.items()}
+def _engine_residual(p: Dist, q: Dist) -> Dist:
+    """specdec.sampling.residual_distribution over the union of both supports (every other token is 0 in both)."""
+    tokens = sorted(set(p) | set(q))
+    dense = lambda dist: torch.tensor([dist.get(t, 0.0) for t in tokens], dtype=torch.float64)
+    residual = engine_sampling.residual_distribution(dense(p), dense(q)).tolist()
+    return {t: r for t, r in zip(tokens, residual) if r > 0}
 
 
 @dataclass(frozen=True)
@@ -75,11 +80,11 @@ class Sampler:
     on_rejection: Callable[[Dist, Dist], Dist]
 
 
-EXACT = Sampler("exact rule", None, _ratio, _residual)
+EXACT = Sampler("exact rule", None, _engine_acceptance, _engine_residual)
 # In order of preference: the first is the subtle error the check was built to catch; the second is used on a
 # test where the first is too close to the target's law to be detected with the allowed number of samples.
 WRONG_SAMPLERS: tuple[Sampler, ...] = (
-    Sampler("residual drawn from p", residual_drawn_from_p, _ratio, lambda p, q: p),
+    Sampler("residual drawn from p", residual_drawn_from_p, _engine_acceptance, lambda p, q: p),
     Sampler("every draft token accepted", every_draft_token_accepted, lambda p_x, q_x: 1.0, lambda p, q: p),
 )
 SAMPLERS = {s.name: s for s in (EXACT, *WRONG_SAMPLERS)}
@@ -180,13 +185,13 @@ class LookupLaw:
 
 
 class HybridLaw:
-    """HybridDraft: the lookup's block where it finds a match, else the model draft's."""
+    """HybridDraft: the lookup's block or the model draft's, as the engine's policy (lookup_drafts_block) chooses."""
 
     def __init__(self, proposer: HybridDraft, sampling: SamplingConfig):
         self.lookup, self.model = draft_law(proposer.lookup, sampling), draft_law(proposer.model, sampling)
 
     def next(self, context, drafted, budget):
-        if self.lookup.proposal(context, budget):
+        if hybrid_draft.lookup_drafts_block(self.lookup.proposal(context, budget)):
             return self.lookup.next(context, drafted, budget)
         return self.model.next(context, drafted, budget)
 
