@@ -99,9 +99,9 @@ def _avx2_bf16(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None,
 
 
 def _native_modules() -> dict:
-    from . import attention
+    from . import attention, quant
 
-    return {"_linear": _linear, "_attention": attention._attention}
+    return {"_linear": _linear, "_attention": attention._attention, "_quant": quant._quant}
 
 
 def kernel_build() -> str:

@@ -1,0 +1,153 @@
+"""Weights as a GGUF file holds them: quantized matrices whose rows are ggml blocks, and their products.
+
+A `QuantMatrix` keeps one GGUF tensor's bytes as they are in the file (rows of ggml blocks: Q4_K and Q6_K 256 values
+per 144 / 210 bytes, Q5_0 and Q8_0 32 values per 22 / 34 bytes; F32 and F16 plain), so a step reads about a sixth of
+the fp32 bytes. Its product with a few rows of activations runs on specdec/_quant.c: each activation row is quantised
+on its own to 8 bits (Q8_K blocks for the K-quants, Q8_0 for Q5_0 and Q8_0, as llama.cpp does), the blocks' dot
+products run in integers (exact in any order) and each output's float epilogue is summed block by block in one
+order: a row's result is the same bits whatever other rows share the call and on any thread count.
+
+Dequantisation (`dequantize_rows`, the token embedding's lookup) gives exactly the values of the `gguf` package's
+reference (tests/test_quant.py compares every type bit for bit).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+try:
+    from . import _quant
+except ImportError:  # not built (no compiler at install time)
+    _quant = None
+
+# ggml type name -> (values per block, bytes per block); the types the two study GGUF files hold, and plain floats.
+BLOCKS = {"Q4_K": (256, 144), "Q6_K": (256, 210), "Q5_0": (32, 22), "Q8_0": (32, 34), "F32": (1, 4), "F16": (1, 2)}
+SUPPORTED_TYPES = tuple(BLOCKS)
+
+
+class UnsupportedTensorType(ValueError):
+    """A GGUF tensor of a type the quantized engine cannot run (refused by name before any work)."""
+
+
+def available() -> bool:
+    return _quant is not None and _quant.supported()
+
+
+def row_bytes(qtype: str, in_features: int) -> int:
+    values, nbytes = BLOCKS[qtype]
+    if in_features % values:
+        raise ValueError(f"a {qtype} row holds a multiple of {values} values, got {in_features}")
+    return in_features // values * nbytes
+
+
+def _gguf_type(qtype: str):
+    from gguf import GGMLQuantizationType
+
+    return GGMLQuantizationType[qtype]
+
+
+def reference_dequantize(raw: np.ndarray, qtype: str) -> np.ndarray:
+    """The `gguf` package's own dequantisation of raw rows (the reference our kernels must reproduce bit for bit)."""
+    from gguf.quants import dequantize
+
+    return dequantize(np.ascontiguousarray(raw), _gguf_type(qtype)).astype(np.float32, copy=False)
+
+
+class QuantMatrix:
+    """One GGUF weight matrix (out_features x in_features) in its file's block format.
+
+    raw: uint8 (out_features, row_bytes) as the file holds it (a copy in memory: never written to). name: the
+    tensor's name in the file, for errors."""
+
+    def __init__(self, raw: torch.Tensor, qtype: str, in_features: int, name: str = "weight"):
+        if qtype not in BLOCKS:
+            raise UnsupportedTensorType(f"tensor {name!r} has type {qtype}; the quantized engine runs "
+                                        f"{', '.join(SUPPORTED_TYPES)}")
+        if not isinstance(raw, torch.Tensor) or raw.dtype != torch.uint8 or raw.dim() != 2:
+            raise TypeError(f"tensor {name!r}: raw bytes must be a 2-d uint8 tensor, got "
+                            f"{getattr(raw, 'dtype', type(raw).__name__)} {tuple(getattr(raw, 'shape', ()))}")
+        if raw.shape[1] != row_bytes(qtype, in_features):
+            raise ValueError(f"tensor {name!r}: {raw.shape[1]} bytes per row, but {in_features} {qtype} values take "
+                             f"{row_bytes(qtype, in_features)}")
+        self.raw = raw.contiguous()
+        self.qtype, self.name = qtype, name
+        self.out_features, self.in_features = raw.shape[0], in_features
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return self.out_features, self.in_features
+
+    @property
+    def nbytes(self) -> int:
+        return self.raw.numel()
+
+    def dequantize_rows(self, rows: torch.Tensor | list[int] | None = None) -> torch.Tensor:
+        """fp32 values of the given rows (all rows when None): the `gguf` package's values, bit for bit."""
+        index = torch.arange(self.out_features) if rows is None else torch.as_tensor(rows, dtype=torch.long).reshape(-1)
+        if index.numel() and (int(index.min()) < 0 or int(index.max()) >= self.out_features):
+            raise IndexError(f"tensor {self.name!r}: rows must lie in [0, {self.out_features}), got "
+                             f"{int(index.min())}..{int(index.max())}")
+        picked = self.raw.index_select(0, index)
+        if available():
+            out = torch.empty(index.numel(), self.in_features, dtype=torch.float32)
+            if index.numel():
+                _quant.dequantize(self.qtype, picked.data_ptr(), out.data_ptr(), index.numel(), self.in_features)
+            return out
+        return torch.from_numpy(reference_dequantize(picked.numpy(), self.qtype).reshape(index.numel(), -1).copy())
+
+    def matmul(self, x: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+        """x (rows, in_features) @ Wᵀ (+ bias) -> fp32 (rows, out_features), batch-invariant (module docstring)."""
+        if not available():
+            raise RuntimeError("the quantized product needs specdec._quant (built by the install where a C compiler "
+                               "is there) on an x86 CPU with AVX2, FMA and F16C")
+        check_quant_product(x, self, bias)
+        x = x.float().contiguous()
+        y = torch.empty(x.shape[0], self.out_features, dtype=torch.float32)
+        if x.shape[0]:
+            b = None if bias is None else bias.float().contiguous()
+            _quant.matmul(self.qtype, self.raw.data_ptr(), self.raw.shape[1], x.data_ptr(),
+                          0 if b is None else b.data_ptr(), y.data_ptr(), self.out_features, self.in_features,
+                          x.shape[0], torch.get_num_threads())
+        return y
+
+
+def check_quant_product(x: torch.Tensor, weight: QuantMatrix, bias: torch.Tensor | None) -> None:
+    """What specdec/_quant.c relies on, checked before the call (errors name the tensor)."""
+    name = weight.name
+    for what, tensor in (("input", x), ("bias", bias)):
+        if tensor is not None and (not isinstance(tensor, torch.Tensor) or tensor.device.type != "cpu"):
+            raise ValueError(f"{name}: the {what} must be a CPU tensor, got "
+                             f"{getattr(tensor, 'device', type(tensor).__name__)}")
+    if weight.raw.device.type != "cpu" or not weight.raw.is_contiguous():
+        raise ValueError(f"{name}: the weight's bytes must be a contiguous CPU tensor")
+    if not x.is_floating_point() or x.dim() != 2 or x.shape[1] != weight.in_features:
+        raise ValueError(f"{name}: the input must be a floating-point (rows, {weight.in_features}) tensor, got "
+                         f"{x.dtype} {tuple(x.shape)}")
+    if bias is not None and (bias.dim() != 1 or bias.shape[0] != weight.out_features or not bias.is_floating_point()):
+        raise ValueError(f"{name}: the bias must be a floating-point vector of {weight.out_features} values, got "
+                         f"{bias.dtype} {tuple(bias.shape)}")
+
+
+def random_quant_matrix(qtype: str, out_features: int, in_features: int, seed: int = 0,
+                        name: str = "weight") -> QuantMatrix:
+    """A matrix of random valid blocks of `qtype` (tests and tiny models): random quants, random 6-bit or 8-bit
+    sub-scales, and block scales drawn as small fp16 values (never inf or NaN)."""
+    rng = np.random.default_rng(seed)
+    values, nbytes = BLOCKS[qtype]
+    blocks = out_features * in_features // values
+    if qtype in ("F32", "F16"):
+        dtype = np.float32 if qtype == "F32" else np.float16
+        data = (rng.standard_normal((out_features, in_features)) * 0.5).astype(dtype)
+        return QuantMatrix(torch.from_numpy(data.view(np.uint8).copy()), qtype, in_features, name)
+    raw = rng.integers(0, 256, size=(blocks, nbytes), dtype=np.uint8)
+    # block scales sized so that values stay within about +-2 (the sub-scales and quants are random up to their range)
+    top = {"Q4_K": 0.002, "Q6_K": 5e-4, "Q5_0": 0.12, "Q8_0": 0.015}[qtype]
+    scale = lambda: rng.uniform(top / 10, top, size=(blocks, 1)).astype(np.float16).view(np.uint8)  # noqa: E731
+    if qtype == "Q4_K":  # d, dmin at bytes 0-3
+        raw[:, 0:2], raw[:, 2:4] = scale(), scale()
+    elif qtype == "Q6_K":  # d at the end
+        raw[:, 208:210] = scale()
+    else:  # Q5_0, Q8_0: d first
+        raw[:, 0:2] = scale()
+    return QuantMatrix(torch.from_numpy(raw.reshape(out_features, -1)), qtype, in_features, name)
