@@ -4,6 +4,7 @@ import glob
 import itertools
 import os
 import re
+import sys
 from pathlib import Path
 
 from specdec.drafts import get_kind
@@ -29,8 +30,14 @@ PLUGINS = config.get("plugins") or []
 # Where a run writes: the study in results/, logs/ and benchmarks/; another results_dir (the quick run's) gets logs
 # and benchmarks of its own too, so runs never overwrite each other. Models and downloads (resources/) are shared.
 R = config["results_dir"]
-# Torch threads of every timed job: runtime.threads, but never more than Snakemake's --cores (it would cap them).
-THREADS = min(RUNTIME["threads"], workflow.cores)
+# Torch threads of every timed job, and part of the machine id: runtime.threads, whatever --cores is, so that
+# `--cores 1` reuses the tables and fits of `--cores 2`. Rules declare it as their threads so Snakemake runs a timed
+# job alone (it caps a job's declared threads at --cores, which bounds only how many jobs run at once); the job
+# scripts read runtime.threads, not snakemake.threads.
+THREADS = RUNTIME["threads"]
+if isinstance(workflow.cores, int) and workflow.cores < THREADS:
+    print(f"specdec: --cores {workflow.cores} < runtime.threads {THREADS}: timed jobs run {THREADS} torch threads "
+          "(runtime.threads) one at a time; --cores bounds how many jobs run at once", file=sys.stderr)
 LOG = "logs" if R == "results" else f"logs/{R}"
 BENCH = "benchmarks" if R == "results" else f"benchmarks/{R}"
 

@@ -30,7 +30,7 @@ def main(snakemake):
         ks = [int(k) for k in (params.get("ks") or [wc.k])]
         job = DecodeJob(setting=wc.setting, draft=wc.draft, domain=wc.domain, k=ks[0], seed=int(wc.seed),
                         max_new_tokens=int(params.max_new_tokens), repeats=int(params.repeats), **params.sampling)
-        runtime = Runtime(**{**params.runtime, "threads": snakemake.threads})
+        runtime = Runtime(**params.runtime)  # not snakemake.threads: capped at --cores
         log.info("job %s at k %s, draft %s, runtime %s", job, ks, params.draft_spec, runtime)
         target, target_tokenizer = load_for_decoding(
             snakemake.input.target, runtime, read_backend_tables(snakemake.input.get("target_kernels")))

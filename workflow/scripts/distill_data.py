@@ -19,7 +19,7 @@ log = logging.getLogger("distill_data")
 def main(snakemake):
     with log_to(snakemake.log[0]):
         p = snakemake.params
-        runtime = Runtime(**{**p.runtime, "threads": snakemake.threads})
+        runtime = Runtime(**p.runtime)  # not snakemake.threads: capped at --cores
         target, _ = load_for_decoding(snakemake.input.target, runtime,
                                       read_backend_tables(snakemake.input.get("target_kernels")))
         prompts = pd.read_parquet(snakemake.input.prompts)

@@ -26,7 +26,7 @@ log = logging.getLogger("distill_draft")
 
 def main(snakemake):
     with log_to(snakemake.log[0]):
-        torch.set_num_threads(snakemake.threads)
+        torch.set_num_threads(int(snakemake.config["runtime"]["threads"]))  # not snakemake.threads
         settings = DistillSettings(**snakemake.params.settings)
         student, tokenizer = load_model(snakemake.input.init, dtype="float32")
         sequences, tensors = load_teacher_data(snakemake.input.teacher)

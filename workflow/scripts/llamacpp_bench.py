@@ -19,7 +19,8 @@ def main(snakemake):
     with log_to(snakemake.log[0]):
         b = snakemake.params.bench
         models = {name: snakemake.input[name] for name in snakemake.params.models}
-        frame = bench_job(models, bin_dir=Path(snakemake.input.build) / "bin", threads=int(snakemake.threads),
+        threads = int(snakemake.config["runtime"]["threads"])  # not snakemake.threads: capped at --cores
+        frame = bench_job(models, bin_dir=Path(snakemake.input.build) / "bin", threads=threads,
                           depth=int(b["depth"]), max_positions=int(b["max_positions"]),
                           gen_tokens=int(b["gen_tokens"]), repetitions=int(b["repetitions"]),
                           rounds=int(b["rounds"]), repack=bool(snakemake.params.repack), log=log.info,

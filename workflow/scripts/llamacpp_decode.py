@@ -37,7 +37,8 @@ def main(snakemake):
         prompts = pd.read_parquet(snakemake.input.prompts)
         if p.prompts_per_domain:
             prompts = prompts.head(int(p.prompts_per_domain))
-        settings = RunSettings(threads=int(snakemake.threads), max_new_tokens=int(p.max_new_tokens),
+        threads = int(snakemake.config["runtime"]["threads"])  # not snakemake.threads: capped at --cores
+        settings = RunSettings(threads=threads, max_new_tokens=int(p.max_new_tokens),
                                ctx_size=int(p.ctx_size), repack=bool(p.repack))
         frame = decode_job(prompts, bin_dir=Path(snakemake.input.build) / "bin", target=snakemake.input.target,
                            draft=snakemake.input.draft, ks=[int(k) for k in p.ks], settings=settings,

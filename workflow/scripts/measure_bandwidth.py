@@ -19,11 +19,12 @@ BUFFER_BYTES = 1024 * 2**20  # far larger than any last-level cache
 
 def main(snakemake):
     with log_to(snakemake.log[0]):
-        torch.set_num_threads(snakemake.threads)
+        threads = int(snakemake.config["runtime"]["threads"])  # not snakemake.threads: capped at --cores
+        torch.set_num_threads(threads)
         bandwidth = memory_bandwidth(BUFFER_BYTES, repeats=int(snakemake.params.repeats))
-        log.info("read bandwidth %.2f GB/s (%d threads, %d MiB buffer)", bandwidth / 1e9, snakemake.threads,
+        log.info("read bandwidth %.2f GB/s (%d threads, %d MiB buffer)", bandwidth / 1e9, threads,
                  BUFFER_BYTES // 2**20)
-        result = {"bytes_per_second": bandwidth, "threads": snakemake.threads, "buffer_bytes": BUFFER_BYTES,
+        result = {"bytes_per_second": bandwidth, "threads": threads, "buffer_bytes": BUFFER_BYTES,
                   "machine": snakemake.params.machine}
         write_text(json.dumps(result, indent=2) + "\n", snakemake.output[0])
 

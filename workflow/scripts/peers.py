@@ -22,7 +22,7 @@ log = logging.getLogger("peers")
 def main(snakemake):
     with log_to(snakemake.log[0]):
         wc, params = snakemake.wildcards, snakemake.params
-        runtime = Runtime(**{**params.runtime, "threads": snakemake.threads})
+        runtime = Runtime(**params.runtime)  # not snakemake.threads: capped at --cores
         target, target_tokenizer = load_for_decoding(
             snakemake.input.target, runtime, read_backend_tables(snakemake.input.get("target_kernels")))
         draft = load_draft_model(wc.draft, dict(params.draft_spec), snakemake.input.draft, target_tokenizer, runtime,

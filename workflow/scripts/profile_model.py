@@ -27,7 +27,7 @@ def main(snakemake):
         settings, inputs = snakemake.params.profiling, snakemake.input
         names = list(snakemake.params.get("names") or [snakemake.wildcards.profiled])
         kernels = as_list(inputs.get("kernels")) or [None] * len(names)  # none unless runtime.linear_kernel is auto
-        runtime = Runtime(**{**snakemake.params.runtime, "threads": snakemake.threads})
+        runtime = Runtime(**snakemake.params.runtime)  # not snakemake.threads: capped at --cores
         # as the study runs them (dtype, linear kernel)
         models = {name: load_for_decoding(directory, runtime, read_backend_tables(table))[0]
                   for name, directory, table in zip(names, as_list(inputs.models), kernels, strict=True)}

@@ -23,7 +23,8 @@ def main(snakemake):
     with log_to(snakemake.log[0]):
         params = snakemake.params
         bandwidth = json.loads(open(snakemake.input.bandwidth).read())["bytes_per_second"]
-        model, _ = load_for_decoding(snakemake.input.target, Runtime(linear_kernel="default", threads=snakemake.threads))
+        threads = int(snakemake.config["runtime"]["threads"])  # not snakemake.threads: capped at --cores
+        model, _ = load_for_decoding(snakemake.input.target, Runtime(linear_kernel="default", threads=threads))
         candidates = {name: name for name in available_backends()}
         candidates["auto (chosen)"] = read_backend_tables(snakemake.input.kernels)
         table = kernel_roofline(model, bandwidth, candidates, positions=list(params.positions),

@@ -19,9 +19,10 @@ log = logging.getLogger("time_linear_backends")
 
 def main(snakemake):
     with log_to(snakemake.log[0]):
-        model, _ = load_for_decoding(snakemake.input[0], Runtime(linear_kernel="default", threads=snakemake.threads))
+        threads = int(snakemake.config["runtime"]["threads"])  # not snakemake.threads: capped at --cores
+        model, _ = load_for_decoding(snakemake.input[0], Runtime(linear_kernel="default", threads=threads))
         log.info("timing %s on %s, rows %s, %s repeats, %d threads", available_backends(), snakemake.input[0],
-                 snakemake.params.rows, snakemake.params.repeats, snakemake.threads)
+                 snakemake.params.rows, snakemake.params.repeats, threads)
         timings = time_backends(model, rows=snakemake.params.rows, repeats=int(snakemake.params.repeats),
                                 log=log.info)
         for shape, table in fastest_backends(timings).items():

@@ -27,7 +27,7 @@ def main(snakemake):
         settings = DistributionSettings.from_config(params.settings)
         spec = dict(params.draft_spec)
         family_size = settings.family_size(int(params.n_jobs))
-        runtime = Runtime(**{**params.runtime, "threads": snakemake.threads})
+        runtime = Runtime(**params.runtime)  # not snakemake.threads: capped at --cores
         log.info("draft %s (%s), domain %s, %s, family of %d tests, runtime %s", snakemake.wildcards.draft, spec,
                  snakemake.wildcards.domain, settings, family_size, runtime)
         target, target_tokenizer = load_for_decoding(

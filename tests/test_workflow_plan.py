@@ -1,0 +1,79 @@
+"""What the README's commands plan, read off Snakemake dry runs of the real config (no job runs, no model is needed):
+- the quick run writes no file that git tracks, so a newcomer's first run leaves a fresh clone clean;
+- `--cores 1` plans the same machine id and paths as `--cores 2`: timed jobs run runtime.threads torch threads
+  whatever --cores is, which only bounds how many jobs run at once."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+QUICK = ("--configfile", "config/quick.yaml")
+THREADS_NOTICE = "timed jobs run {threads} torch threads (runtime.threads) one at a time"
+
+# A dry run costs about 10 s of CPU, nearly all of it the Snakefile's imports (torch and transformers, through
+# specdec.drafts): slow tier. The tests that read the --cores 2 plan share one worker and one dry run of it.
+ON_QUICK_PLAN = pytest.mark.xdist_group("quick-plan")
+
+
+def dry_run(*args: str) -> subprocess.CompletedProcess:
+    """`snakemake -n` in the checkout, as a user types it; every job of the DAG listed (--forceall), whatever this
+    checkout has already made; --nolock: a run in progress here does not stop a dry run."""
+    result = subprocess.run([sys.executable, "-m", "snakemake", "--dry-run", "--forceall", "--nolock", *args],
+                            cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
+    return result
+
+
+def planned_files(dry_run_output: str) -> set[str]:
+    """The output, log and benchmark paths of every job a dry run lists (a directory output stands for its files)."""
+    return {path.strip() for line in dry_run_output.splitlines()
+            if line.strip().startswith(("output:", "log:", "benchmark:"))
+            for path in line.split(":", 1)[1].split(",")}
+
+
+@pytest.fixture(scope="module")
+def quick_plan_two_cores() -> subprocess.CompletedProcess:
+    return dry_run("--cores", "2", *QUICK)
+
+
+@pytest.mark.slow
+@ON_QUICK_PLAN
+def test_the_quick_run_writes_no_tracked_file(quick_plan_two_cores):
+    if not (REPO / ".git").exists():
+        pytest.skip("not a git checkout")
+    tracked = subprocess.run(["git", "ls-files", "-z"], cwd=REPO, capture_output=True, text=True,
+                             check=True).stdout.split("\0")
+    planned = planned_files(quick_plan_two_cores.stdout)
+    assert "results/quick/tables/study.csv" in planned, sorted(planned)[:20]  # the plan was read
+    written_and_tracked = sorted(f for f in tracked if any(f == p or f.startswith(p.rstrip("/") + "/")
+                                                           for p in planned))
+    assert written_and_tracked == [], "the quick run would modify committed files"
+
+
+@pytest.mark.slow
+@ON_QUICK_PLAN
+def test_one_core_plans_the_machine_and_paths_of_two(quick_plan_two_cores):
+    layered = yaml.safe_load((REPO / "config.yaml").read_text())["runtime"] | (
+        yaml.safe_load((REPO / "config/quick.yaml").read_text()).get("runtime") or {})
+    threads = layered["threads"]
+    assert threads >= 2, "with runtime.threads 1, --cores 1 and --cores 2 would agree under any rule"
+    one_core = dry_run("--cores", "1", *QUICK)
+    planned = planned_files(one_core.stdout)
+    assert planned == planned_files(quick_plan_two_cores.stdout)
+    machine_dirs = {p.split("/")[3] for p in planned if p.startswith("results/quick/machines/")}
+    assert len(machine_dirs) == 1 and f"-t{threads}-" in machine_dirs.pop()  # the machine id names runtime.threads
+    # said once, at start, when --cores is below runtime.threads; not at --cores 2 (only when threads is 2)
+    assert (one_core.stdout + one_core.stderr).count(THREADS_NOTICE.format(threads=threads)) == 1, one_core.stderr
+    assert THREADS_NOTICE.format(threads=threads) not in quick_plan_two_cores.stdout + quick_plan_two_cores.stderr
+
+
+def test_timed_jobs_take_their_torch_threads_from_runtime_threads():
+    # Snakemake caps a job's snakemake.threads at --cores: a script reading it would time on one thread under
+    # --cores 1 while the machine id says runtime.threads. Only llama.cpp's build reads it (compiler jobs, untimed).
+    readers = sorted(p.name for p in (REPO / "workflow/scripts").glob("*.py")
+                     if any("snakemake.threads" in line.split("#")[0] for line in p.read_text().splitlines()))
+    assert readers == ["llamacpp_build.py"]
