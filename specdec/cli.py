@@ -28,6 +28,8 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _build_parser() -> argparse.ArgumentParser:
+    from specdec.loading import LINEAR_KERNELS
+
     parser = _Parser(prog="specdec", description="Exact speculative decoding.")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     gen = sub.add_parser(
@@ -53,9 +55,11 @@ def _build_parser() -> argparse.ArgumentParser:
                      help="the draft's dtype (default: --dtype); exactness does not depend on it")
     gen.add_argument("--device", default="cpu", help="torch device (default cpu)")
     gen.add_argument("--threads", type=int, default=None, metavar="N", help="torch CPU threads")
-    gen.add_argument("--linear-kernel", choices=("auto", "avx2", "weight_major", "default"), default="auto",
-                     help="how linear layers run on the CPU: auto (the backend measured fastest here for each weight "
-                          "shape and row count, timed at load: ~20 s for the 1.5B), avx2, weight_major, or default "
+    gen.add_argument("--linear-kernel", choices=LINEAR_KERNELS, default="invariant",
+                     help="how linear layers and attention run on the CPU: invariant (order-fixed native kernels: a "
+                          "verify pass gives the same bits as one-token steps, so greedy identity holds by "
+                          "construction), auto (the backend measured fastest here per weight shape and row count, "
+                          "timed at load: ~20 s for the 1.5B; not batch-invariant), avx2, weight_major, or default "
                           "(torch's nn.Linear); see docs/performance.md")
     gen.add_argument("--baseline", action="store_true",
                      help="also run plain decoding: report the speedup and, at temperature 0, check greedy identity")

@@ -7,7 +7,10 @@ import re
 import sys
 from pathlib import Path
 
+from snakemake.exceptions import WorkflowError
+
 from specdec.drafts import get_kind
+from specdec.kernels import kernel_build, stale_native_modules
 from specdec.study.config import draft_spec as _draft_spec, validate_config
 from specdec.study.machine import machine_id
 from specdec.study.prompts import domain_source_sets, source_file_name
@@ -172,24 +175,50 @@ def profile_files(drafts):
     return [f"{MACHINE_DIR}/profiles/{name}.csv" for name in profiled_models(drafts)]
 
 
-def kernel_table(model):
-    """The machine's timings of the linear backends on `model`'s weights (runtime.linear_kernel: auto)."""
-    return f"{MACHINE_DIR}/kernels/{model}.csv"
+# Kernel tables are keyed by the native kernels' build (a hash of their sources and compile flags): an edited or
+# rebuilt kernel is timed again, and every profile and run that reads the tables is redone after it.
+if stale_native_modules():
+    raise WorkflowError(f"specdec's native module(s) {stale_native_modules()} were built from another version of "
+                        "their source (an editable install does not rebuild them): run `pip install -e .` again")
+KERNEL_BUILD = kernel_build()
+# The kernels whose jobs read the machine's timings: per row count ("auto") or for a bf16 prompt pass ("invariant").
+TIMED_KERNELS = ("auto", "invariant")
+
+
+def kernel_table(model, dtype="float32"):
+    """The machine's timings of the linear products on `model`'s weights held in `dtype`."""
+    suffix = "" if dtype == "float32" else f".{dtype}"
+    return f"{MACHINE_DIR}/kernels/{KERNEL_BUILD}/{model}{suffix}.csv"
+
+
+def draft_dtype(draft):
+    return draft_spec(draft).get("dtype") or RUNTIME["dtype"]
 
 
 def kernel_inputs(wildcards):
     """The kernel tables a job that loads the target (and a draft's model, if it has one) runs with."""
-    if RUNTIME["linear_kernel"] != "auto":
+    if RUNTIME["linear_kernel"] not in TIMED_KERNELS:
         return {}
-    tables = {"target_kernels": kernel_table(config["target"])}
+    tables = {"target_kernels": kernel_table(config["target"], RUNTIME["dtype"])}
     draft = getattr(wildcards, "draft", None)
     if draft and draft_model_name(draft):
-        tables["draft_kernels"] = kernel_table(draft_model_name(draft))
+        tables["draft_kernels"] = kernel_table(draft_model_name(draft), draft_dtype(draft))
     return tables
 
 
 def profiled_kernel_input(wildcards):
-    return {"kernels": kernel_table(wildcards.profiled)} if RUNTIME["linear_kernel"] == "auto" else {}
+    if RUNTIME["linear_kernel"] not in TIMED_KERNELS:
+        return {}
+    return {"kernels": kernel_table(wildcards.profiled, RUNTIME["dtype"])}
+
+
+def study_kernel_tables():
+    """The kernel tables the study's decoding jobs read (provenance records what they chose)."""
+    if RUNTIME["linear_kernel"] not in TIMED_KERNELS:
+        return []
+    tables = [kernel_table(config["target"], RUNTIME["dtype"])]
+    tables += [kernel_table(draft_model_name(d), draft_dtype(d)) for d in config["drafts"] if draft_model_name(d)]
+    return list(dict.fromkeys(tables))
 
 
 def measured_machine_dirs():

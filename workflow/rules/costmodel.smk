@@ -7,8 +7,9 @@ rule time_linear_backends:
     input:
         model_dir("{profiled}"),
     output:
-        f"{MACHINE_DIR}/kernels/{{profiled}}.csv",
+        kernel_table("{profiled}"),
     params:
+        dtype="float32",
         rows=list(range(1, PROFILING.get("kernel_rows", 9) + 1)),
         repeats=PROFILING.get("kernel_repeats", 3),
     threads: THREADS
@@ -22,6 +23,19 @@ rule time_linear_backends:
         "../scripts/time_linear_backends.py"
 
 
+# The same for a model held in bf16 (a bf16 or hybrid draft): torch's bf16 product, the AVX2 kernel on the bf16
+# weights and the fp32 copy, at the row counts a bf16 draft's steps and catch-ups use (kernels.BF16_TUNED_ROWS).
+use rule time_linear_backends as time_bf16_products with:
+    output:
+        kernel_table("{profiled}", "bfloat16"),
+    params:
+        dtype="bfloat16",
+        rows=[1, 2, 4, 8, 16, 32],
+        repeats=2,
+    log:
+        f"{LOG}/profile/kernels_{{profiled}}.bfloat16.log",
+
+
 # The fit's models (the target and the study's drafts' models) are profiled in one job, interleaved repeat by
 # repeat, so that a drift of the shared machine lands on every width alike (the fit compares layers across models);
 # any other model a draft names (a truncated cut) gets a profile of its own from profile_model.
@@ -32,7 +46,8 @@ FIT_MODELS = profiled_models(config["drafts"])
 rule profile_fit_models:
     input:
         models=[model_dir(name) for name in FIT_MODELS],
-        kernels=[kernel_table(name) for name in FIT_MODELS] if RUNTIME["linear_kernel"] == "auto" else [],
+        kernels=[kernel_table(name, RUNTIME["dtype"]) for name in FIT_MODELS]
+        if RUNTIME["linear_kernel"] in TIMED_KERNELS else [],
     output:
         profile_files(config["drafts"]),
     params:

@@ -35,7 +35,7 @@ rule provenance:
         tables=[f"{R}/tables/study.csv", f"{R}/tables/greedy_identity.csv"],
         models=study_model_dirs(),
         benchmarks=[f"{BENCH}/decode/{s}/{d}/{dom}/k{k}/seed{seed}.tsv" for s, d, dom, k, seed in decode_jobs()],
-        kernels=[kernel_table(Path(d).name) for d in study_model_dirs()] if RUNTIME["linear_kernel"] == "auto" else [],
+        kernels=study_kernel_tables(),
     output:
         f"{R}/provenance.yaml",
     params:
