@@ -14,7 +14,7 @@ from pathlib import Path
 import pandas as pd
 import yaml
 
-from specdec.kernels import backend_spans
+from specdec.kernels import backend_spans, kernel_build
 from specdec.study.io import write_text
 from specdec.study.jobs import read_backend_tables
 from specdec.study.logs import log_to
@@ -60,7 +60,10 @@ def provenance(config, model_dirs, benchmark_files, threads: int, kernel_tables=
                                            "parameter_count", "gguf_sha256", "safetensors_sha256")}
                    for d in model_dirs},
         "wall_time": job_times(benchmark_files),
-        # runtime.linear_kernel auto: the backend every product ran on (more rows than timed: weight_major)
+        # the native kernels' build (hash of their sources and compile flags) the tables were timed on and ran
+        "kernel_build": kernel_build(),
+        # runtime.linear_kernel auto: the backend every product ran on (more rows than timed: weight_major);
+        # invariant: only a bf16 draft's prompt-pass product ("beyond") comes from these tables
         "linear_backends": chosen_backends(kernel_tables),
         "config": config,
     }
