@@ -182,14 +182,18 @@ TARGET static inline __m256i dot_s8(__m256i w, __m256i x) {
 }
 
 TARGET static void row_q4_k(const uint8_t *w, const act_k *const *x, int nx, int64_t K, float *out) {
-    __m256 acc[GROUP];
-    float mins[GROUP];
-    for (int i = 0; i < nx; i++) acc[i] = _mm256_setzero_ps(), mins[i] = 0.0f;
+    __m256 acc[GROUP], mins[GROUP];
+    for (int i = 0; i < nx; i++) acc[i] = _mm256_setzero_ps(), mins[i] = _mm256_setzero_ps();
     const __m256i low4 = _mm256_set1_epi8(0x0F);
     for (int64_t b = 0; b < K / QK; b++, w += 144) {
         const float d = half(w), dmin = half(w + 2);
         int sc[8], m[8];
         for (int j = 0; j < 8; j++) q4k_scale_min(w + 4, j, &sc[j], &m[j]);
+        /* each min twice, against the activations' sums of 16: lane j of madd = m_j * (sum of sub-block j) */
+        const __m256i m16 = _mm256_setr_epi16((int16_t)m[0], (int16_t)m[0], (int16_t)m[1], (int16_t)m[1],
+                                              (int16_t)m[2], (int16_t)m[2], (int16_t)m[3], (int16_t)m[3],
+                                              (int16_t)m[4], (int16_t)m[4], (int16_t)m[5], (int16_t)m[5],
+                                              (int16_t)m[6], (int16_t)m[6], (int16_t)m[7], (int16_t)m[7]);
         __m256i sums[GROUP];
         for (int i = 0; i < nx; i++) sums[i] = _mm256_setzero_si256();
         for (int p = 0; p < 4; p++) {
@@ -205,13 +209,12 @@ TARGET static void row_q4_k(const uint8_t *w, const act_k *const *x, int nx, int
         }
         for (int i = 0; i < nx; i++) {
             const act_k *a = &x[i][b];
-            int min_sum = 0;
-            for (int j = 0; j < 8; j++) min_sum += m[j] * (a->sums[2 * j] + a->sums[2 * j + 1]);
+            const __m256i min_sums = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)a->sums), m16);
             acc[i] = _mm256_fmadd_ps(_mm256_set1_ps(d * a->d), _mm256_cvtepi32_ps(sums[i]), acc[i]);
-            mins[i] = mins[i] + (dmin * a->d) * (float)min_sum;
+            mins[i] = _mm256_fmadd_ps(_mm256_set1_ps(dmin * a->d), _mm256_cvtepi32_ps(min_sums), mins[i]);
         }
     }
-    for (int i = 0; i < nx; i++) out[i] = hsum8(acc[i]) - mins[i];
+    for (int i = 0; i < nx; i++) out[i] = hsum8(acc[i]) - hsum8(mins[i]);
 }
 
 TARGET static void row_q6_k(const uint8_t *w, const act_k *const *x, int nx, int64_t K, float *out) {
@@ -222,6 +225,7 @@ TARGET static void row_q6_k(const uint8_t *w, const act_k *const *x, int nx, int
         const uint8_t *ql = w, *qh = w + 128;
         const int8_t *scales = (const int8_t *)(w + 192);
         const float d = half(w + 208);
+        const __m256i scale16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)scales));
         __m256i sums[GROUP];
         for (int i = 0; i < nx; i++) sums[i] = _mm256_setzero_si256();
         for (int h = 0; h < 2; h++) {
@@ -252,9 +256,9 @@ TARGET static void row_q6_k(const uint8_t *w, const act_k *const *x, int nx, int
         }
         for (int i = 0; i < nx; i++) {
             const act_k *a = &x[i][b];
-            int offset = 0; /* the quants' offset of 32, times each scale and the sum of its 16 activations */
-            for (int j = 0; j < 16; j++) offset += scales[j] * a->sums[j];
-            const __m256i total = _mm256_sub_epi32(sums[i], _mm256_setr_epi32(32 * offset, 0, 0, 0, 0, 0, 0, 0));
+            /* the quants' offset of 32, times each scale and the sum of its 16 activations */
+            const __m256i offset = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)a->sums), scale16);
+            const __m256i total = _mm256_sub_epi32(sums[i], _mm256_slli_epi32(offset, 5));
             acc[i] = _mm256_fmadd_ps(_mm256_set1_ps(d * a->d), _mm256_cvtepi32_ps(total), acc[i]);
         }
     }
