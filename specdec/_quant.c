@@ -181,25 +181,46 @@ TARGET static inline __m256i dot_s8(__m256i w, __m256i x) {
     return _mm256_madd_epi16(p, _mm256_set1_epi16(1));
 }
 
-TARGET static void row_q4_k(const uint8_t *w, const act_k *const *x, int nx, int64_t K, float *out) {
-    __m256 acc[GROUP], mins[GROUP];
-    for (int i = 0; i < nx; i++) acc[i] = _mm256_setzero_ps(), mins[i] = _mm256_setzero_ps();
-    const __m256i low4 = _mm256_set1_epi8(0x0F);
+/* Shuffle masks that pick scales, advanced by 2 per byte from one piece to the next (cheaper than eight constants,
+ * which the compiler re-materialised every block): PAIR0 broadcasts 16-bit lane 0 to all eight lanes of a 128-bit
+ * half (+2j: lane j); SPLIT0 spreads int8 bytes 0 and 1 to eight bytes each (+2t: bytes 2t and 2t + 1). */
+#define PAIR0 _mm256_set1_epi16(0x0100)
+#define SPLIT0 _mm_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1)
+
+/* A Q4_K block's eight 6-bit scales and eight 6-bit mins as 16 int16 lanes (scales 0-7, mins 8-15): the 12 packed
+ * bytes rearranged as four 32-bit words (the layout of q4k_scale_min, four lanes at a time). */
+TARGET static inline __m256i q4k_scales_mins(const uint8_t *packed) {
+    uint32_t u[4];
+    memcpy(u, packed, 12);
+    const uint32_t low6 = 0x3f3f3f3f, low4 = 0x0f0f0f0f, low2 = 0x03030303;
+    u[3] = ((u[2] >> 4) & low4) | (((u[1] >> 6) & low2) << 4); /* mins 4-7 */
+    const uint32_t mins_low = u[1] & low6;                     /* mins 0-3 */
+    u[1] = (u[2] & low4) | (((u[0] >> 6) & low2) << 4);        /* scales 4-7 */
+    u[2] = mins_low;
+    u[0] &= low6; /* scales 0-3 */
+    return _mm256_cvtepu8_epi16(_mm_set_epi32((int)u[3], (int)u[2], (int)u[1], (int)u[0]));
+}
+
+TARGET static inline __attribute__((always_inline)) void row_q4_k(const uint8_t *w, const act_k *const *x, int nx,
+                                                                   int64_t K, float *out) {
+    __m256 acc[GROUP];
+    __m128 mins[GROUP];
+    for (int i = 0; i < nx; i++) acc[i] = _mm256_setzero_ps(), mins[i] = _mm_setzero_ps();
+    const __m256i low4 = _mm256_set1_epi8(0x0F), step = _mm256_set1_epi8(2);
     for (int64_t b = 0; b < K / QK; b++, w += 144) {
         const float d = half(w), dmin = half(w + 2);
-        int sc[8], m[8];
-        for (int j = 0; j < 8; j++) q4k_scale_min(w + 4, j, &sc[j], &m[j]);
-        /* each min twice, against the activations' sums of 16: lane j of madd = m_j * (sum of sub-block j) */
-        const __m256i m16 = _mm256_setr_epi16((int16_t)m[0], (int16_t)m[0], (int16_t)m[1], (int16_t)m[1],
-                                              (int16_t)m[2], (int16_t)m[2], (int16_t)m[3], (int16_t)m[3],
-                                              (int16_t)m[4], (int16_t)m[4], (int16_t)m[5], (int16_t)m[5],
-                                              (int16_t)m[6], (int16_t)m[6], (int16_t)m[7], (int16_t)m[7]);
-        __m256i sums[GROUP];
+        const __m256i scales_mins = q4k_scales_mins(w + 4);
+        const __m256i scales = _mm256_broadcastsi128_si256(_mm256_castsi256_si128(scales_mins));
+        const __m128i min8 = _mm256_extracti128_si256(scales_mins, 1);
+        __m256i sums[GROUP], pick = PAIR0;
         for (int i = 0; i < nx; i++) sums[i] = _mm256_setzero_si256();
         for (int p = 0; p < 4; p++) {
             const __m256i bytes = _mm256_loadu_si256((const __m256i *)(w + 16 + 32 * p));
             const __m256i lo = _mm256_and_si256(bytes, low4), hi = _mm256_and_si256(_mm256_srli_epi16(bytes, 4), low4);
-            const __m256i s_lo = _mm256_set1_epi16((int16_t)sc[2 * p]), s_hi = _mm256_set1_epi16((int16_t)sc[2 * p + 1]);
+            const __m256i s_lo = _mm256_shuffle_epi8(scales, pick);
+            pick = _mm256_add_epi8(pick, step);
+            const __m256i s_hi = _mm256_shuffle_epi8(scales, pick);
+            pick = _mm256_add_epi8(pick, step);
             for (int i = 0; i < nx; i++) {
                 const int8_t *q = x[i][b].q + 64 * p;
                 const __m256i a = _mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *)q));
@@ -209,23 +230,31 @@ TARGET static void row_q4_k(const uint8_t *w, const act_k *const *x, int nx, int
         }
         for (int i = 0; i < nx; i++) {
             const act_k *a = &x[i][b];
-            const __m256i min_sums = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)a->sums), m16);
+            /* the activations' sums per 32 (pairs of sums of 16) against the eight mins */
+            const __m128i sums32 = _mm_hadd_epi16(_mm_loadu_si128((const __m128i *)a->sums),
+                                                  _mm_loadu_si128((const __m128i *)(a->sums + 8)));
             acc[i] = _mm256_fmadd_ps(_mm256_set1_ps(d * a->d), _mm256_cvtepi32_ps(sums[i]), acc[i]);
-            mins[i] = _mm256_fmadd_ps(_mm256_set1_ps(dmin * a->d), _mm256_cvtepi32_ps(min_sums), mins[i]);
+            mins[i] = _mm_fmadd_ps(_mm_set1_ps(dmin * a->d), _mm_cvtepi32_ps(_mm_madd_epi16(min8, sums32)), mins[i]);
         }
     }
-    for (int i = 0; i < nx; i++) out[i] = hsum8(acc[i]) - hsum8(mins[i]);
+    for (int i = 0; i < nx; i++) {
+        __m128 m = _mm_add_ps(mins[i], _mm_movehl_ps(mins[i], mins[i]));
+        m = _mm_add_ss(m, _mm_movehdup_ps(m));
+        out[i] = hsum8(acc[i]) - _mm_cvtss_f32(m);
+    }
 }
 
-TARGET static void row_q6_k(const uint8_t *w, const act_k *const *x, int nx, int64_t K, float *out) {
+TARGET static inline __attribute__((always_inline)) void row_q6_k(const uint8_t *w, const act_k *const *x, int nx,
+                                                                   int64_t K, float *out) {
     __m256 acc[GROUP];
     for (int i = 0; i < nx; i++) acc[i] = _mm256_setzero_ps();
     const __m256i low4 = _mm256_set1_epi8(0x0F), two = _mm256_set1_epi8(3);
     for (int64_t b = 0; b < K / QK; b++, w += 210) {
         const uint8_t *ql = w, *qh = w + 128;
-        const int8_t *scales = (const int8_t *)(w + 192);
+        const __m128i scales8 = _mm_loadu_si128((const __m128i *)(w + 192));
         const float d = half(w + 208);
-        const __m256i scale16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)scales));
+        const __m256i scale16 = _mm256_cvtepi8_epi16(scales8);
+        __m128i pick = SPLIT0;
         __m256i sums[GROUP];
         for (int i = 0; i < nx; i++) sums[i] = _mm256_setzero_si256();
         for (int h = 0; h < 2; h++) {
@@ -242,14 +271,11 @@ TARGET static void row_q6_k(const uint8_t *w, const act_k *const *x, int nx, int
             piece[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), low4),
                                        _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 6), two), 4));
             for (int s = 0; s < 4; s++) {
-                const int first = 128 * h + 32 * s; /* the piece's first value; scales per 16 */
-                const __m256i scale = _mm256_setr_epi16(
-                    scales[first / 16], scales[first / 16], scales[first / 16], scales[first / 16], scales[first / 16],
-                    scales[first / 16], scales[first / 16], scales[first / 16], scales[first / 16 + 1],
-                    scales[first / 16 + 1], scales[first / 16 + 1], scales[first / 16 + 1], scales[first / 16 + 1],
-                    scales[first / 16 + 1], scales[first / 16 + 1], scales[first / 16 + 1]);
+                const int t = 4 * h + s; /* values 32t .. 32t + 31: scales 2t and 2t + 1 */
+                const __m256i scale = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(scales8, pick));
+                pick = _mm_add_epi8(pick, _mm_set1_epi8(2));
                 for (int i = 0; i < nx; i++) {
-                    const __m256i p = _mm256_maddubs_epi16(piece[s], _mm256_loadu_si256((const __m256i *)(x[i][b].q + first)));
+                    const __m256i p = _mm256_maddubs_epi16(piece[s], _mm256_loadu_si256((const __m256i *)(x[i][b].q + 32 * t)));
                     sums[i] = _mm256_add_epi32(sums[i], _mm256_madd_epi16(p, scale));
                 }
             }
@@ -265,7 +291,8 @@ TARGET static void row_q6_k(const uint8_t *w, const act_k *const *x, int nx, int
     for (int i = 0; i < nx; i++) out[i] = hsum8(acc[i]);
 }
 
-TARGET static void row_q5_0(const uint8_t *w, const act_32 *const *x, int nx, int64_t K, float *out) {
+TARGET static inline __attribute__((always_inline)) void row_q5_0(const uint8_t *w, const act_32 *const *x, int nx,
+                                                                   int64_t K, float *out) {
     __m256 acc[GROUP];
     for (int i = 0; i < nx; i++) acc[i] = _mm256_setzero_ps();
     const __m256i low4 = _mm256_set1_epi8(0x0F), sixteen = _mm256_set1_epi8(16);
@@ -290,7 +317,8 @@ TARGET static void row_q5_0(const uint8_t *w, const act_32 *const *x, int nx, in
     for (int i = 0; i < nx; i++) out[i] = hsum8(acc[i]);
 }
 
-TARGET static void row_q8_0(const uint8_t *w, const act_32 *const *x, int nx, int64_t K, float *out) {
+TARGET static inline __attribute__((always_inline)) void row_q8_0(const uint8_t *w, const act_32 *const *x, int nx,
+                                                                   int64_t K, float *out) {
     __m256 acc[GROUP];
     for (int i = 0; i < nx; i++) acc[i] = _mm256_setzero_ps();
     for (int64_t b = 0; b < K / Q32; b++, w += 34) {
@@ -322,6 +350,20 @@ TARGET static void row_float(int type, const uint8_t *w, const float *const *x, 
         out[i] = s;
     }
 }
+
+/* Each row function compiled for 1, 2, 3 and 4 inputs: with the count a constant the compiler keeps every
+ * accumulator in a register and unrolls the input loops (an unknown count left them on the stack: 3x slower). */
+#define SPECIALISE(NAME, ACT)                                                                                        \
+    TARGET static void NAME##_1(const uint8_t *w, const ACT *const *x, int64_t K, float *o) { NAME(w, x, 1, K, o); } \
+    TARGET static void NAME##_2(const uint8_t *w, const ACT *const *x, int64_t K, float *o) { NAME(w, x, 2, K, o); } \
+    TARGET static void NAME##_3(const uint8_t *w, const ACT *const *x, int64_t K, float *o) { NAME(w, x, 3, K, o); } \
+    TARGET static void NAME##_4(const uint8_t *w, const ACT *const *x, int64_t K, float *o) { NAME(w, x, 4, K, o); } \
+    static void (*const NAME##_for[GROUP + 1])(const uint8_t *, const ACT *const *, int64_t, float *) = {            \
+        NULL, NAME##_1, NAME##_2, NAME##_3, NAME##_4};
+SPECIALISE(row_q4_k, act_k)
+SPECIALISE(row_q6_k, act_k)
+SPECIALISE(row_q5_0, act_32)
+SPECIALISE(row_q8_0, act_32)
 
 static int is_k_quant(int type) { return type == Q4_K || type == Q6_K; }
 
@@ -355,10 +397,10 @@ TARGET static int matmul(int type, const uint8_t *w, int64_t stride, const float
             const int nx = (int)(M - i0 < GROUP ? M - i0 : GROUP);
             float out[GROUP];
             switch (type) {
-            case Q4_K: row_q4_k(wn, (const act_k *const *)(rows + i0), nx, K, out); break;
-            case Q6_K: row_q6_k(wn, (const act_k *const *)(rows + i0), nx, K, out); break;
-            case Q5_0: row_q5_0(wn, (const act_32 *const *)(rows + i0), nx, K, out); break;
-            case Q8_0: row_q8_0(wn, (const act_32 *const *)(rows + i0), nx, K, out); break;
+            case Q4_K: row_q4_k_for[nx](wn, (const act_k *const *)(rows + i0), K, out); break;
+            case Q6_K: row_q6_k_for[nx](wn, (const act_k *const *)(rows + i0), K, out); break;
+            case Q5_0: row_q5_0_for[nx](wn, (const act_32 *const *)(rows + i0), K, out); break;
+            case Q8_0: row_q8_0_for[nx](wn, (const act_32 *const *)(rows + i0), K, out); break;
             default: row_float(type, wn, (const float *const *)(rows + i0), nx, K, out); break;
             }
             for (int i = 0; i < nx; i++) y[(i0 + i) * N + n] = bias ? out[i] + bias[n] : out[i];
