@@ -6,6 +6,7 @@ import gzip
 import json
 import string
 from pathlib import Path
+from typing import Sequence
 
 import torch
 from transformers import Qwen2Config, Qwen2ForCausalLM
@@ -53,6 +54,124 @@ def perturbed_copy(model: Qwen2ForCausalLM, noise: float, seed: int = 1) -> Qwen
                                                                   dtype=parameter.dtype))
     copy.generation_config.eos_token_id = model.generation_config.eos_token_id
     return copy
+
+
+# --- tiny GGUF files for the quantized engine (specdec/lean.py) ----------------------------------------------------
+# Tensor types per kind, as the study's two files hold them (the 1.5B target: Q4_K with Q6_K for the head, attn_v and
+# ffn_down; the 0.5B draft: Q5_0 with Q8_0 for the head and attn_v, Q6_K for ffn_down). A key "blk.N.kind" sets
+# one layer's tensor (the 1.5B file mixes Q4_K and Q6_K across layers for attn_v and ffn_down).
+TARGET_TYPES = {"token_embd": "Q4_K", "attn_q": "Q4_K", "attn_k": "Q4_K", "attn_v": "Q6_K", "attn_output": "Q4_K",
+                "ffn_gate": "Q4_K", "ffn_up": "Q4_K", "ffn_down": "Q6_K", "output": "Q6_K"}
+DRAFT_TYPES = {"token_embd": "Q5_0", "attn_q": "Q5_0", "attn_k": "Q5_0", "attn_v": "Q8_0", "attn_output": "Q5_0",
+               "ffn_gate": "Q5_0", "ffn_up": "Q5_0", "ffn_down": "Q6_K", "output": "Q8_0"}
+
+
+def _gguf_bytes(qtype: str, out_features: int, in_features: int, seed: int):
+    """Valid random bytes of a tensor type: `random_quant_matrix` for the engine's types, the gguf package's own
+    quantiser for any other (a file the loader must refuse)."""
+    import numpy as np
+
+    from .quant import BLOCKS, random_quant_matrix
+
+    if qtype in BLOCKS:
+        return random_quant_matrix(qtype, out_features, in_features, seed).raw.numpy()
+    from gguf import GGMLQuantizationType
+    from gguf.quants import quantize
+
+    values = np.random.default_rng(seed).standard_normal((out_features, in_features)).astype(np.float32)
+    return quantize(values, GGMLQuantizationType[qtype])
+
+
+def tiny_gguf(path, types: dict[str, str] | None = None, layers: int = 2, hidden: int = 256, ffn: int = 512,
+              heads: int = 4, kv_heads: int = 2, vocab_size: int = 256, seed: int = 0, eos_token_id: int = 1,
+              rope_theta: float = 1e6, rms_eps: float = 1e-6, architecture: str = "qwen2",
+              norm_scale: float | Sequence[float] = 0.1, tied: bool = False, drop: Sequence[str] = (),
+              metadata: dict | None = None):
+    """Write a tiny random Qwen2 GGUF file with the real files' metadata keys; returns its path.
+
+    types: tensor kind (or "blk.N.kind") -> ggml type, over TARGET_TYPES (K-quants need rows of a multiple of 256
+    values, Q5_0 and Q8_0 of 32). Each tensor's values are drawn from (seed, its name), so a file with fewer layers
+    holds the same first layers. norm_scale: the layer norms' weights (random around it; the output norm is around
+    1), one value or one per layer: the random matrices' values reach +-2, so norms near 1 would make every
+    product's output ~16x its input and the attention one-hot, where the 8-bit activation rounding flips it; 0.1
+    keeps a tiny model about as smooth as a real one, and smaller later layers make a model whose first layers
+    nearly agree with it. tied: no output.weight (the head is the embedding). drop: tensor names left out; metadata:
+    keys under the architecture's prefix overridden, or left out where None (broken files for the loader's checks)."""
+    import zlib
+
+    import numpy as np
+    from gguf import GGMLQuantizationType, GGUFWriter
+
+    types = {**TARGET_TYPES, **(types or {})}
+    seed_of = lambda name: zlib.crc32(f"{seed}:{name}".encode())  # noqa: E731
+    kv = hidden // heads * kv_heads
+    scales = [norm_scale] * layers if isinstance(norm_scale, (int, float)) else list(norm_scale)
+    matrices = {"token_embd": (vocab_size, hidden)}
+    vectors = {"output_norm.weight": (hidden, 1.0)}
+    for i in range(layers):
+        matrices.update({f"blk.{i}.attn_q": (hidden, hidden), f"blk.{i}.attn_k": (kv, hidden),
+                         f"blk.{i}.attn_v": (kv, hidden), f"blk.{i}.attn_output": (hidden, hidden),
+                         f"blk.{i}.ffn_gate": (ffn, hidden), f"blk.{i}.ffn_up": (ffn, hidden),
+                         f"blk.{i}.ffn_down": (hidden, ffn)})
+        vectors.update({f"blk.{i}.attn_norm.weight": (hidden, scales[i]),
+                        f"blk.{i}.ffn_norm.weight": (hidden, scales[i]), f"blk.{i}.attn_q.bias": (hidden, 0.0),
+                        f"blk.{i}.attn_k.bias": (kv, 0.0), f"blk.{i}.attn_v.bias": (kv, 0.0)})
+    if not tied:
+        matrices["output"] = (vocab_size, hidden)
+    a = architecture
+    keys = {"block_count": layers, "context_length": 4096, "embedding_length": hidden, "feed_forward_length": ffn,
+            "attention.head_count": heads, "attention.head_count_kv": kv_heads, "rope.freq_base": float(rope_theta),
+            "attention.layer_norm_rms_epsilon": float(rms_eps), **(metadata or {})}
+    writer = GGUFWriter(str(path), architecture)
+    for key, value in keys.items():
+        if value is None:  # a key left out
+            continue
+        (writer.add_float32 if isinstance(value, float) else writer.add_uint32)(f"{a}.{key}", value)
+    writer.add_eos_token_id(eos_token_id)
+    for stem, (out_features, in_features) in matrices.items():
+        name = f"{stem}.weight"
+        if name in drop:
+            continue
+        qtype = types.get(stem, types[stem.split(".")[-1]])
+        raw = _gguf_bytes(qtype, out_features, in_features, seed_of(name))
+        if qtype in ("F32", "F16"):
+            writer.add_tensor(name, raw.view(np.float32 if qtype == "F32" else np.float16).reshape(out_features, -1))
+        else:
+            writer.add_tensor(name, raw, raw_dtype=GGMLQuantizationType[qtype])
+    for name, (size, centre) in vectors.items():
+        if name not in drop:  # norms around their centre, biases small
+            noise = np.random.default_rng(seed_of(name)).standard_normal(size)
+            writer.add_tensor(name, (centre * (1 + 0.1 * noise) if centre else 0.1 * noise).astype(np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
+
+
+def hf_reference(model) -> Qwen2ForCausalLM:
+    """A Hugging Face Qwen2ForCausalLM (fp32) holding a GGUFModel's dequantised weights: the model the lean forward
+    must compute (tests only: it materialises every matrix in fp32)."""
+    c = model.config
+    config = Qwen2Config(
+        vocab_size=c.vocab_size, hidden_size=c.hidden, intermediate_size=c.ffn, num_hidden_layers=c.layers,
+        num_attention_heads=c.heads, num_key_value_heads=c.kv_heads, rms_norm_eps=c.rms_eps,
+        rope_parameters={"rope_type": "default", "rope_theta": c.rope_theta}, max_position_embeddings=4096,
+        tie_word_embeddings=False, eos_token_id=sorted(c.eos_token_ids) or None, bos_token_id=None, pad_token_id=None)
+    hf = Qwen2ForCausalLM(config).float().eval()
+    state = {"model.embed_tokens.weight": model.embedding.dequantize_rows(), "model.norm.weight": model.output_norm,
+             "lm_head.weight": model.output.dequantize_rows()}
+    for i, w in enumerate(model.layers):
+        p = f"model.layers.{i}."
+        state.update({
+            p + "input_layernorm.weight": w.attn_norm, p + "post_attention_layernorm.weight": w.ffn_norm,
+            p + "self_attn.q_proj.weight": w.q.dequantize_rows(), p + "self_attn.q_proj.bias": w.q_bias,
+            p + "self_attn.k_proj.weight": w.k.dequantize_rows(), p + "self_attn.k_proj.bias": w.k_bias,
+            p + "self_attn.v_proj.weight": w.v.dequantize_rows(), p + "self_attn.v_proj.bias": w.v_bias,
+            p + "self_attn.o_proj.weight": w.o.dequantize_rows(), p + "mlp.gate_proj.weight": w.gate.dequantize_rows(),
+            p + "mlp.up_proj.weight": w.up.dequantize_rows(), p + "mlp.down_proj.weight": w.down.dequantize_rows()})
+    hf.load_state_dict(state, strict=True)
+    return hf
 
 
 # --- a tiny tokenizer and a tiny study (models + prompt files + config) for the workflow tests -------------------

@@ -1,0 +1,172 @@
+"""The lean Qwen2 forward over a GGUF file's own quantized weights, and `LeanLM`, a session over it.
+
+Why not Hugging Face's modules: with quantized weights a step reads a sixth of the fp32 bytes, so the fixed cost per
+layer (Python calls, small ops, cache bookkeeping) becomes a large share of it. Here a layer is a short straight run
+of torch calls on preallocated state: one RMSNorm call, the q|k|v products (one call per run of one weight type),
+rotary as two multiplies, a roll and an add on q and k together, two writes into a static KV cache, one attention
+call, the output product, the MLP's gate|up as one product, silu * up, down, and the two residual adds.
+
+Batch invariance: every product runs on `QuantMatrix.matmul` (order-fixed per output, whatever the row count and
+thread count, where the native kernel runs), passes of up to `attention.MAX_INVARIANT_ROWS` rows on the native
+attention, and everything else is per-row work whose bits do not depend on the other rows (an RMSNorm per row,
+elementwise multiplies and adds, a table lookup for rotary; silu's vectorised and scalar paths may differ in the
+last bit, but rows of a multiple of 32 values, as every Qwen2 MLP width is, all run the vectorised one). So a
+position's logits are the same bits in a one-token step and in a verify pass of any size. Longer passes (a prompt) run torch's SDPA; the baseline and the
+speculative loop run the same prompt pass, so those rows are never compared with a step's.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Sequence
+
+import torch
+import torch.nn.functional as F
+
+from . import attention, quant
+from .attention import MAX_INVARIANT_ROWS, causal_attention
+from .gguf_model import GGUFModel, read_gguf
+
+DEFAULT_MAX_LENGTH = 4096
+
+
+class ContextLengthError(ValueError):
+    """A pass that would run past the session's preallocated KV cache."""
+
+
+def rotary_tables(head_dim: int, theta: float, length: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos and signed sin of positions 0..length-1, (length, 1, head_dim): Hugging Face's Qwen2 rotary values
+    (inv_freq, position x inv_freq in fp32, duplicated halves) with the sign of rotate_half folded into sin, so that
+    rotary(x) = x * cos + roll(x, head_dim / 2) * sin gives the bits of x * cos + rotate_half(x) * sin."""
+    inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.float) / head_dim))
+    angles = torch.arange(length, dtype=torch.float)[:, None] * inv_freq
+    half = angles.shape[1]
+    emb = torch.cat([angles, angles], dim=-1)
+    sin = emb.sin()
+    sin[:, :half] = -sin[:, :half]
+    return emb.cos().unsqueeze(1), sin.unsqueeze(1)
+
+
+def product_kernel() -> str:
+    """The name recorded with each step for the products this engine runs on."""
+    name = getattr(quant, "kernel_name", None)  # the quant module's own name for its kernel, where it gives one
+    if name is not None:
+        return f"gguf-{name()}"
+    return "gguf-native"
+
+
+class LeanLM:
+    """A session (extend / crop / reset, like `lm.CachedLM`) over a GGUF model run by the lean forward.
+
+    model: a `GGUFModel` (shared, never modified: sessions over one file share its weights) or a GGUF file's path.
+    max_length: positions the static KV cache holds (fp32, (layers, kv_heads, max_length, head_dim) for keys and for
+    values, allocated once); a pass past it is a ContextLengthError. layers: run only the first `layers` decoder
+    layers, then the model's own final norm and head (a truncated or early-exit draft over the same weights).
+    `last_hidden`: the hidden states of every position of the last `extend`, after the last layer and before the
+    final norm (a reference, not a copy)."""
+
+    def __init__(self, model: GGUFModel | str | os.PathLike, *, max_length: int | None = None,
+                 layers: int | None = None, eos_token_ids: Sequence[int] | None = None):
+        self.model = model if isinstance(model, GGUFModel) else read_gguf(model)
+        c = self.config = self.model.config
+        if max_length is None:
+            max_length = min(DEFAULT_MAX_LENGTH, c.context_length or DEFAULT_MAX_LENGTH)
+        if not isinstance(max_length, int) or max_length < 1:
+            raise ValueError(f"max_length must be a positive integer, got {max_length!r}")
+        if layers is not None and (not isinstance(layers, int) or not 1 <= layers <= c.layers):
+            raise ValueError(f"layers must be an integer in 1..{c.layers} (the file's block_count), got {layers!r}")
+        self.max_length = max_length
+        self.layers = self.model.layers[:layers]
+        self.vocab_size = c.vocab_size
+        self.eos_token_ids = frozenset(eos_token_ids) if eos_token_ids is not None else c.eos_token_ids
+        self.keys = torch.zeros(len(self.layers), c.kv_heads, max_length, c.head_dim)
+        self.values = torch.zeros_like(self.keys)
+        # per layer, (1, kv_heads, max_length, head_dim) views: the attention's layout without a call per pass
+        self._caches = [(keys.unsqueeze(0), values.unsqueeze(0)) for keys, values in zip(self.keys, self.values)]
+        self._cos, self._sin = rotary_tables(c.head_dim, c.rope_theta, max_length)
+        self._length = 0
+        self.last_hidden: torch.Tensor | None = None
+
+    @property
+    def length(self) -> int:
+        return self._length
+
+    def step_bytes(self) -> int:
+        """Bytes a one-token step reads (the layers this session runs, the final norm and head)."""
+        return self.model.step_bytes(len(self.layers))
+
+    def kernel_for(self, rows: int) -> str:
+        """Recorded with each step (decode.StepRecord.kernel): one product kernel for every row count."""
+        return product_kernel()
+
+    def reset(self) -> None:
+        self._length = 0
+        self.last_hidden = None
+
+    def crop(self, length: int) -> None:
+        if not isinstance(length, int) or not 0 <= length <= self._length:
+            raise ValueError(f"cannot crop to {length}: the cache holds {self._length} tokens")
+        self._length = length  # positions past it are overwritten by the next extend
+
+    @torch.inference_mode()
+    def extend(self, tokens: Sequence[int], n_logits: int) -> torch.Tensor:
+        tokens = list(tokens)
+        rows = len(tokens)
+        if not rows:
+            raise ValueError("extend needs at least one token")
+        if not isinstance(n_logits, int) or not 1 <= n_logits <= rows:
+            raise ValueError(f"n_logits must be in 1..{rows} (the tokens fed), got {n_logits!r}")
+        start, end = self._length, self._length + rows
+        if end > self.max_length:
+            raise ContextLengthError(f"{end} positions exceed this session's KV cache of max_length "
+                                     f"{self.max_length}; make the session with a larger max_length")
+        hidden = self.model.embedding.dequantize_rows(tokens)
+        cos, sin = self._cos[start:end], self._sin[start:end]
+        attend = _invariant_attention if rows <= MAX_INVARIANT_ROWS and attention.available() else _sdpa_attention
+        for weights, (keys, values) in zip(self.layers, self._caches):
+            hidden = _layer(weights, self.config, hidden, keys, values, start, end, cos, sin, attend)
+        self._length = end
+        self.last_hidden = hidden
+        last = F.rms_norm(hidden[rows - n_logits:], (self.config.hidden,), self.model.output_norm, self.config.rms_eps)
+        return self.model.output.matmul(last)
+
+
+def _layer(w, c, hidden, keys, values, start, end, cos, sin, attend):
+    """One decoder layer over the rows of positions start..end-1; writes their keys and values into the cache
+    (keys, values: this layer's (1, kv_heads, max_length, head_dim))."""
+    rows, q_heads = hidden.shape[0], c.heads
+    x = F.rms_norm(hidden, (c.hidden,), w.attn_norm, c.rms_eps)
+    if len(w.qkv) == 1:
+        matrix, bias = w.qkv[0]
+        qkv = matrix.matmul(x, bias)
+    else:
+        qkv = torch.cat([matrix.matmul(x, bias) for matrix, bias in w.qkv], dim=1)
+    qk_width = (q_heads + c.kv_heads) * c.head_dim
+    qk = qkv[:, :qk_width].view(rows, q_heads + c.kv_heads, c.head_dim)
+    qk = qk * cos + qk.roll(c.head_dim // 2, -1) * sin  # q and k rotated together (rotary_tables says why roll)
+    keys[0, :, start:end] = qk[:, q_heads:].transpose(0, 1)
+    values[0, :, start:end] = qkv[:, qk_width:].view(rows, c.kv_heads, c.head_dim).transpose(0, 1)
+    out = attend(qk[:, :q_heads].transpose(0, 1).unsqueeze(0), keys[:, :, :end], values[:, :, :end],
+                 c.head_dim ** -0.5)
+    hidden = hidden + w.o.matmul(out.view(rows, c.hidden))
+    x = F.rms_norm(hidden, (c.hidden,), w.ffn_norm, c.rms_eps)
+    if len(w.gate_up) == 1:
+        gate_up = w.gate_up[0].matmul(x)
+        gate, up = gate_up[:, :c.ffn], gate_up[:, c.ffn:]
+    else:
+        gate, up = (matrix.matmul(x) for matrix in w.gate_up)
+    return hidden + w.down.matmul(F.silu(gate) * up)
+
+
+def _invariant_attention(query, keys, values, scale):
+    """(1, heads, m, d) queries at the last m of the keys -> (1, m, heads, d), contiguous."""
+    return causal_attention(query, keys, values, scale, where="lean attention")
+
+
+def _sdpa_attention(query, keys, values, scale):
+    """torch's attention for a long pass (a prompt): the query rows sit at the last positions of the keys."""
+    rows, length = query.shape[2], keys.shape[2]
+    mask = None if rows == length else torch.ones(rows, length, dtype=torch.bool).tril(length - rows)
+    out = F.scaled_dot_product_attention(query, keys, values, attn_mask=mask, is_causal=mask is None, scale=scale,
+                                         enable_gqa=True)
+    return out.transpose(1, 2).contiguous()
