@@ -16,7 +16,7 @@ native = runpy.run_path(str(Path(__file__).parent / "specdec" / "native_build.py
 
 def extension(name: str) -> Extension:
     return Extension(f"specdec.{name}", [f"specdec/{name}.c"], extra_compile_args=native["COMPILE_ARGS"],
-                     extra_link_args=native["LINK_ARGS"],
+                     extra_link_args=native["LINK_ARGS"], depends=[str(h) for h in native["headers"]()],
                      define_macros=[("SPECDEC_BUILD", f'"{native["build_id"](name)}"')], optional=True)
 
 

@@ -22,61 +22,17 @@
 #include <omp.h>
 #endif
 
-#if defined(__x86_64__) || defined(_M_X64)
-#include <immintrin.h>
-#define SPECDEC_X86 1
-#endif
+#include "_simd.h"
 
 #define MAX_HEAD_DIM 512 /* the output accumulator lives on the stack */
 
 #ifdef SPECDEC_X86
-#define AVX2 __attribute__((target("avx2,fma")))
-
-AVX2 static inline float hsum(__m256 v) {
-    __m128 lo = _mm256_castps256_ps128(v), hi = _mm256_extractf128_ps(v, 1);
-    lo = _mm_add_ps(lo, hi);
-    lo = _mm_add_ps(lo, _mm_movehl_ps(lo, lo));
-    lo = _mm_add_ss(lo, _mm_movehdup_ps(lo));
-    return _mm_cvtss_f32(lo);
-}
-
-AVX2 static inline __m256 load8_f32(const float *p) { return _mm256_loadu_ps(p); }
-AVX2 static inline __m256 load8_bf16(const uint16_t *p) {
-    __m256i wide = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p));
-    return _mm256_castsi256_ps(_mm256_slli_epi32(wide, 16));
-}
-static inline float value_f32(const float *p) { return *p; }
-static inline float value_bf16(const uint16_t *p) {
-    union { uint32_t u; float f; } v = {.u = (uint32_t)*p << 16};
-    return v.f;
-}
-
-/* exp(x) lane by lane (Cephes' single-precision polynomial, ~1 ulp on the softmax's range x <= 0). Each lane's
- * result depends on its own input only, which is what keeps the softmax batch-invariant. */
-AVX2 static inline __m256 exp8(__m256 x) {
-    x = _mm256_max_ps(_mm256_min_ps(x, _mm256_set1_ps(88.3762626647949f)), _mm256_set1_ps(-88.3762626647949f));
-    __m256 fx = _mm256_floor_ps(_mm256_add_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
-                                              _mm256_set1_ps(0.5f)));
-    x = _mm256_sub_ps(x, _mm256_mul_ps(fx, _mm256_set1_ps(0.693359375f)));
-    x = _mm256_sub_ps(x, _mm256_mul_ps(fx, _mm256_set1_ps(-2.12194440e-4f)));
-    __m256 z = _mm256_mul_ps(x, x);
-    __m256 y = _mm256_set1_ps(1.9875691500e-4f);
-    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(1.3981999507e-3f));
-    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(8.3334519073e-3f));
-    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(4.1665795894e-2f));
-    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(1.6666665459e-1f));
-    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(5.0000001201e-1f));
-    y = _mm256_add_ps(_mm256_fmadd_ps(y, z, x), _mm256_set1_ps(1.0f));
-    __m256i n = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvttps_epi32(fx), _mm256_set1_epi32(127)), 23);
-    return _mm256_mul_ps(y, _mm256_castsi256_ps(n));
-}
-
 #define DEFINE_ATTEND(SUFFIX, KT)                                                                                    \
     AVX2 static float dot_##SUFFIX(const float *q, const KT *k, int64_t D) {                                         \
         __m256 acc = _mm256_setzero_ps();                                                                            \
         const int64_t D8 = D & ~(int64_t)7;                                                                          \
         for (int64_t d = 0; d < D8; d += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(q + d), load8_##SUFFIX(k + d), acc); \
-        float s = hsum(acc);                                                                                         \
+        float s = hsum8(acc);                                                                                         \
         for (int64_t d = D8; d < D; d++) s = fmaf(q[d], value_##SUFFIX(k + d), s);                                   \
         return s;                                                                                                    \
     }                                                                                                                \
@@ -111,7 +67,7 @@ AVX2 static inline __m256 exp8(__m256 x) {
                 _mm256_storeu_ps(acc + d, _mm256_fmadd_ps(p, load8_##SUFFIX(vt + d), _mm256_loadu_ps(acc + d)));     \
             for (int64_t d = D8; d < D; d++) acc[d] = fmaf(s[t], value_##SUFFIX(vt + d), acc[d]);                     \
         }                                                                                                            \
-        const float inv = 1.0f / hsum(total);                                                                        \
+        const float inv = 1.0f / hsum8(total);                                                                        \
         for (int64_t d = 0; d < D; d++) out[d] = acc[d] * inv;                                                       \
     }                                                                                                                \
                                                                                                                      \
@@ -140,14 +96,7 @@ DEFINE_ATTEND(f32, float)
 DEFINE_ATTEND(bf16, uint16_t)
 #endif
 
-static int supported(void) {
-#ifdef SPECDEC_X86
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-#else
-    return 0;
-#endif
-}
+static int supported(void) { return specdec_avx2_supported(); }
 
 /* attention(q, q_sh, q_sp, k, k_sh, k_sp, v, v_sh, v_sp, out, o_sh, o_sp, H, Hkv, M, L, D, scale, threads, bf16):
  * addresses and element strides (head, position; the head dimension is contiguous). specdec/attention.py checks

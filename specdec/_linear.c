@@ -25,10 +25,7 @@
 #include <math.h>
 #include <stdint.h>
 
-#if defined(__x86_64__) || defined(_M_X64)
-#include <immintrin.h>
-#define SPECDEC_X86 1
-#endif
+#include "_simd.h"
 
 #define ROWS 4        /* output rows per block */
 #define INS 3         /* input rows per chunk: ROWS x INS accumulators */
@@ -36,26 +33,6 @@
 #define TILE 128      /* K elements per tile when a block has several input chunks */
 
 #ifdef SPECDEC_X86
-__attribute__((target("avx2,fma"))) static inline float hsum(__m256 v) {
-    __m128 lo = _mm256_castps256_ps128(v), hi = _mm256_extractf128_ps(v, 1);
-    lo = _mm_add_ps(lo, hi);
-    lo = _mm_add_ps(lo, _mm_movehl_ps(lo, lo));
-    lo = _mm_add_ss(lo, _mm_movehdup_ps(lo));
-    return _mm_cvtss_f32(lo);
-}
-
-/* Eight weights as fp32, and one weight as a float, for each stored weight type. */
-__attribute__((target("avx2,fma"))) static inline __m256 load8_f32(const float *p) { return _mm256_loadu_ps(p); }
-__attribute__((target("avx2,fma"))) static inline __m256 load8_bf16(const uint16_t *p) {
-    __m256i wide = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p));
-    return _mm256_castsi256_ps(_mm256_slli_epi32(wide, 16)); /* bf16 is the top half of an fp32 */
-}
-static inline float value_f32(const float *p) { return *p; }
-static inline float value_bf16(const uint16_t *p) {
-    union { uint32_t u; float f; } v = {.u = (uint32_t)*p << 16};
-    return v.f;
-}
-
 /* One block: output rows r0 .. r0 + nr - 1 (nr <= ROWS) against inputs i0 .. i0 + m - 1 (m <= MAX_CHUNKS * INS),
  * split into near-equal chunks of at most INS (4 = 2 + 2, not 3 + 1). One chunk walks K once, prefetching 512
  * bytes ahead; several walk it tile by tile, the first chunk prefetching a kilobyte ahead. Near a row's end the
@@ -63,9 +40,8 @@ static inline float value_bf16(const uint16_t *p) {
  * start of every row missed (the LM head's product ran at 1.5x its floor instead of 1.0x). The last block's rows
  * prefetch their own row instead: no pointer is ever formed past the weight buffer, even for K < the distance. */
 #define DEFINE_BLOCK(SUFFIX, WT)                                                                                     \
-    __attribute__((target("avx2,fma"))) static void block_##SUFFIX(const WT *w, const float *x, float *y,            \
-                                                                   int64_t K, int64_t N, int64_t r0, int nr,         \
-                                                                   int64_t i0, int m) {                              \
+    AVX2 static void block_##SUFFIX(const WT *w, const float *x, float *y, int64_t K, int64_t N, int64_t r0, int nr, \
+                                    int64_t i0, int m) {                                                             \
         int chunks = (m + INS - 1) / INS, first[MAX_CHUNKS], count[MAX_CHUNKS];                                      \
         for (int c = 0, at = 0; c < chunks; c++) {                                                                   \
             count[c] = (m - at + (chunks - c) - 1) / (chunks - c);                                                   \
@@ -112,7 +88,7 @@ static inline float value_bf16(const uint16_t *p) {
             for (int r = 0; r < nr; r++)                                                                             \
                 for (int i = 0; i < count[c]; i++) {                                                                 \
                     const float *xr = x + (i0 + first[c] + i) * K;                                                   \
-                    float s = hsum(sums[c][r][i]);                                                                   \
+                    float s = hsum8(sums[c][r][i]);                                                                   \
                     for (int64_t t = K8; t < K; t++) s = fmaf(value_##SUFFIX(wr[r] + t), xr[t], s);                 \
                     y[(i0 + first[c] + i) * N + r0 + r] = s;                                                         \
                 }                                                                                                    \
@@ -137,14 +113,7 @@ DEFINE_BLOCK(f32, float)
 DEFINE_BLOCK(bf16, uint16_t)
 #endif
 
-static int supported(void) {
-#ifdef SPECDEC_X86
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-#else
-    return 0;
-#endif
-}
+static int supported(void) { return specdec_avx2_supported(); }
 
 /* Both entry points: (w_ptr, x_ptr, b_ptr or 0, y_ptr, N, K, M, threads), addresses of contiguous buffers. */
 static int parse(PyObject *args, unsigned long long *w, unsigned long long *x, unsigned long long *b,

@@ -24,10 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#if defined(__x86_64__) || defined(_M_X64)
-#include <immintrin.h>
-#define SPECDEC_X86 1
-#endif
+#include "_simd.h"
 
 #define QK 256   /* values per K-quant block */
 #define Q32 32   /* values per Q5_0 / Q8_0 block, and per activation block for them */
@@ -52,20 +49,12 @@ typedef struct {
 } act_32;
 
 #ifdef SPECDEC_X86
-#define TARGET __attribute__((target("avx2,fma,f16c")))
+#define TARGET AVX2
 
 TARGET static inline float half(const uint8_t *p) {
     uint16_t h;
     memcpy(&h, p, 2);
     return _cvtsh_ss(h);
-}
-
-TARGET static inline float hsum8(__m256 v) {
-    __m128 lo = _mm256_castps256_ps128(v), hi = _mm256_extractf128_ps(v, 1);
-    lo = _mm_add_ps(lo, hi);
-    lo = _mm_add_ps(lo, _mm_movehl_ps(lo, lo));
-    lo = _mm_add_ss(lo, _mm_movehdup_ps(lo));
-    return _mm_cvtss_f32(lo);
 }
 
 /* --- dequantisation: the gguf package's formulas, operation by operation -------------------------------------- */
@@ -181,10 +170,18 @@ TARGET static inline __m256i dot_s8(__m256i w, __m256i x) {
     return _mm256_madd_epi16(p, _mm256_set1_epi16(1));
 }
 
-/* Shuffle masks that pick scales, advanced by 2 per byte from one piece to the next (cheaper than eight constants,
- * which the compiler re-materialised every block): PAIR0 broadcasts 16-bit lane 0 to all eight lanes of a 128-bit
- * half (+2j: lane j); SPLIT0 spreads int8 bytes 0 and 1 to eight bytes each (+2t: bytes 2t and 2t + 1). */
-#define PAIR0 _mm256_set1_epi16(0x0100)
+/* _mm256_shuffle_epi8 masks that broadcast 16-bit lane j of each 128-bit half to all its lanes (a sub-block's scale
+ * for madd): read from memory as the shuffle's operand, which costs no instruction of its own. SPLIT0 spreads int8
+ * bytes 0 and 1 to eight bytes each; +2 per byte moves it to bytes 2t and 2t + 1 (a Q6_K piece's two scales). */
+static const uint8_t PAIR[8][32] __attribute__((aligned(32))) = {
+    {0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1},
+    {2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3},
+    {4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5},
+    {6, 7, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7},
+    {8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 8, 9},
+    {10, 11, 10, 11, 10, 11, 10, 11, 10, 11, 10, 11, 10, 11, 10, 11, 10, 11, 10, 11, 10, 11, 10, 11, 10, 11, 10, 11, 10, 11, 10, 11},
+    {12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 12, 13},
+    {14, 15, 14, 15, 14, 15, 14, 15, 14, 15, 14, 15, 14, 15, 14, 15, 14, 15, 14, 15, 14, 15, 14, 15, 14, 15, 14, 15, 14, 15, 14, 15}};
 #define SPLIT0 _mm_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1)
 
 /* A Q4_K block's eight 6-bit scales and eight 6-bit mins as 16 int16 lanes (scales 0-7, mins 8-15): the 12 packed
@@ -206,21 +203,19 @@ TARGET static inline __attribute__((always_inline)) void row_q4_k(const uint8_t 
     __m256 acc[GROUP];
     __m128 mins[GROUP];
     for (int i = 0; i < nx; i++) acc[i] = _mm256_setzero_ps(), mins[i] = _mm_setzero_ps();
-    const __m256i low4 = _mm256_set1_epi8(0x0F), step = _mm256_set1_epi8(2);
+    const __m256i low4 = _mm256_set1_epi8(0x0F);
     for (int64_t b = 0; b < K / QK; b++, w += 144) {
         const float d = half(w), dmin = half(w + 2);
         const __m256i scales_mins = q4k_scales_mins(w + 4);
         const __m256i scales = _mm256_broadcastsi128_si256(_mm256_castsi256_si128(scales_mins));
         const __m128i min8 = _mm256_extracti128_si256(scales_mins, 1);
-        __m256i sums[GROUP], pick = PAIR0;
+        __m256i sums[GROUP];
         for (int i = 0; i < nx; i++) sums[i] = _mm256_setzero_si256();
         for (int p = 0; p < 4; p++) {
             const __m256i bytes = _mm256_loadu_si256((const __m256i *)(w + 16 + 32 * p));
             const __m256i lo = _mm256_and_si256(bytes, low4), hi = _mm256_and_si256(_mm256_srli_epi16(bytes, 4), low4);
-            const __m256i s_lo = _mm256_shuffle_epi8(scales, pick);
-            pick = _mm256_add_epi8(pick, step);
-            const __m256i s_hi = _mm256_shuffle_epi8(scales, pick);
-            pick = _mm256_add_epi8(pick, step);
+            const __m256i s_lo = _mm256_shuffle_epi8(scales, _mm256_load_si256((const __m256i *)PAIR[2 * p]));
+            const __m256i s_hi = _mm256_shuffle_epi8(scales, _mm256_load_si256((const __m256i *)PAIR[2 * p + 1]));
             for (int i = 0; i < nx; i++) {
                 const int8_t *q = x[i][b].q + 64 * p;
                 const __m256i a = _mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *)q));
@@ -412,14 +407,7 @@ TARGET static int matmul(int type, const uint8_t *w, int64_t stride, const float
 }
 #endif
 
-static int supported(void) {
-#ifdef SPECDEC_X86
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
-#else
-    return 0;
-#endif
-}
+static int supported(void) { return specdec_avx2_supported(); }
 
 static int parse_type(const char *name) {
     for (int t = 0; t < N_TYPES; t++)

@@ -99,9 +99,9 @@ def _avx2_bf16(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None,
 
 
 def _native_modules() -> dict:
-    from . import attention, quant
+    from . import attention, quant, rowops
 
-    return {"_linear": _linear, "_attention": attention._attention, "_quant": quant._quant}
+    return {"_linear": _linear, "_attention": attention._attention, "_quant": quant._quant, "_rowops": rowops._rowops}
 
 
 def kernel_build() -> str:

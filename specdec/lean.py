@@ -2,17 +2,17 @@
 
 Why not Hugging Face's modules: with quantized weights a step reads a sixth of the fp32 bytes, so the fixed cost per
 layer (Python calls, small ops, cache bookkeeping) becomes a large share of it. Here a layer is a short straight run
-of torch calls on preallocated state: one RMSNorm call, the q|k|v products (one call per run of one weight type),
-rotary as two multiplies, a roll and an add on q and k together, two writes into a static KV cache, one attention
-call, the output product, the MLP's gate|up as one product, silu * up, down, and the two residual adds.
+of calls on preallocated state: one native RMSNorm call (specdec/rowops.py: torch's takes five small ops), the
+q|k|v products (one call per run of one weight type), rotary as two multiplies, a roll and an add on q and k
+together, two writes into a static KV cache, one attention call, the output product, the MLP's gate|up as one
+product, one native silu(gate) * up, down, and the two residual adds.
 
 Batch invariance: every product runs on `QuantMatrix.matmul` (order-fixed per output, whatever the row count and
 thread count, where the native kernel runs), passes of up to `attention.MAX_INVARIANT_ROWS` rows on the native
 attention, and everything else is per-row work whose bits do not depend on the other rows (an RMSNorm per row,
-elementwise multiplies and adds, a table lookup for rotary; silu's vectorised and scalar paths may differ in the
-last bit, but rows of a multiple of 32 values, as every Qwen2 MLP width is, all run the vectorised one). So a
-position's logits are the same bits in a one-token step and in a verify pass of any size. Longer passes (a prompt) run torch's SDPA; the baseline and the
-speculative loop run the same prompt pass, so those rows are never compared with a step's.
+elementwise multiplies and adds, a table lookup for rotary, silu lane by lane). So a position's logits are the
+same bits in a one-token step and in a verify pass of any size. Longer passes (a prompt) run torch's SDPA; the
+baseline and the speculative loop run the same prompt pass, so those rows are never compared with a step's.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from typing import Sequence
 import torch
 import torch.nn.functional as F
 
-from . import attention, quant
+from . import attention, quant, rowops
 from .attention import MAX_INVARIANT_ROWS, causal_attention
 from .gguf_model import GGUFModel, read_gguf
 
@@ -127,7 +127,7 @@ class LeanLM:
             hidden = _layer(weights, self.config, hidden, keys, values, start, end, cos, sin, attend)
         self._length = end
         self.last_hidden = hidden
-        last = F.rms_norm(hidden[rows - n_logits:], (self.config.hidden,), self.model.output_norm, self.config.rms_eps)
+        last = rowops.rms_norm(hidden[rows - n_logits:], self.model.output_norm, self.config.rms_eps)
         return self.model.output.matmul(last)
 
 
@@ -135,7 +135,7 @@ def _layer(w, c, hidden, keys, values, start, end, cos, sin, attend):
     """One decoder layer over the rows of positions start..end-1; writes their keys and values into the cache
     (keys, values: this layer's (1, kv_heads, max_length, head_dim))."""
     rows, q_heads = hidden.shape[0], c.heads
-    x = F.rms_norm(hidden, (c.hidden,), w.attn_norm, c.rms_eps)
+    x = rowops.rms_norm(hidden, w.attn_norm, c.rms_eps)
     if len(w.qkv) == 1:
         matrix, bias = w.qkv[0]
         qkv = matrix.matmul(x, bias)
@@ -149,13 +149,13 @@ def _layer(w, c, hidden, keys, values, start, end, cos, sin, attend):
     out = attend(qk[:, :q_heads].transpose(0, 1).unsqueeze(0), keys[:, :, :end], values[:, :, :end],
                  c.head_dim ** -0.5)
     hidden = hidden + w.o.matmul(out.view(rows, c.hidden))
-    x = F.rms_norm(hidden, (c.hidden,), w.ffn_norm, c.rms_eps)
+    x = rowops.rms_norm(hidden, w.ffn_norm, c.rms_eps)
     if len(w.gate_up) == 1:
         gate_up = w.gate_up[0].matmul(x)
         gate, up = gate_up[:, :c.ffn], gate_up[:, c.ffn:]
     else:
         gate, up = (matrix.matmul(x) for matrix in w.gate_up)
-    return hidden + w.down.matmul(F.silu(gate) * up)
+    return hidden + w.down.matmul(rowops.silu_mul(gate, up))
 
 
 def _invariant_attention(query, keys, values, scale):

@@ -7,7 +7,7 @@ says which code it is, and a source edited after the build is noticed."""
 import hashlib
 from pathlib import Path
 
-NATIVE_MODULES = ("_linear", "_attention", "_quant")
+NATIVE_MODULES = ("_linear", "_attention", "_quant", "_rowops")
 # -ffp-contract=off: no multiply-add is fused unless the source says so (fmaf, _mm256_fmadd_ps), so the float
 # operations are the ones written, in every module and with every compiler default
 COMPILE_ARGS = ["-O3", "-fopenmp", "-ffp-contract=off"]
@@ -18,7 +18,13 @@ def source_path(name: str) -> Path:
     return Path(__file__).with_name(f"{name}.c")
 
 
+def headers() -> list[Path]:
+    """The headers every native module includes (specdec/_simd.h)."""
+    return sorted(Path(__file__).parent.glob("_*.h"))
+
+
 def build_id(name: str) -> str:
-    """The build id of native module `name` as its source and flags stand now."""
+    """The build id of native module `name` as its source, the shared headers and the flags stand now."""
     flags = " ".join(COMPILE_ARGS + LINK_ARGS).encode()
-    return hashlib.sha256(source_path(name).read_bytes() + flags).hexdigest()[:12]
+    sources = b"".join(path.read_bytes() for path in [source_path(name), *headers()])
+    return hashlib.sha256(sources + flags).hexdigest()[:12]

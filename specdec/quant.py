@@ -34,6 +34,11 @@ def available() -> bool:
     return _quant is not None and _quant.supported()
 
 
+def kernel_name() -> str:
+    """The product kernel this machine runs (recorded with each step and in provenance)."""
+    return "avx2" if available() else "unavailable"
+
+
 def row_bytes(qtype: str, in_features: int) -> int:
     values, nbytes = BLOCKS[qtype]
     if in_features % values:

@@ -295,3 +295,38 @@ def test_ci_insists_on_the_native_build():
     assert "native_check" in script
     result = subprocess.run([sys.executable, "-m", "specdec.native_check"], capture_output=True, text=True)
     assert result.returncode == (0 if invariant_kernels_available() or not X86_WITH_COMPILER else 1), result.stderr
+
+
+# --- the lean forward's row operations (specdec/_rowops.c) --------------------------------------------------------
+from specdec import rowops  # noqa: E402
+
+
+@pytest.mark.skipif(not rowops.available(), reason="specdec._rowops not available here")
+def test_row_operations_compute_torchs_and_a_row_is_the_same_bits_whatever_shares_the_call():
+    torch.manual_seed(0)
+    x, weight = torch.randn(40, 1536) * 3, torch.randn(1536)
+    expected = nn.functional.rms_norm(x, (1536,), weight, 1e-6)
+    normed = rowops.rms_norm(x, weight, 1e-6)
+    torch.testing.assert_close(normed, expected, rtol=1e-5, atol=1e-5)
+    gate_up = torch.randn(40, 2 * 896) * 4
+    gate, up = gate_up[:, :896], gate_up[:, 896:]
+    product = rowops.silu_mul(gate, up)
+    torch.testing.assert_close(product, nn.functional.silu(gate) * up, rtol=1e-5, atol=1e-5)
+    for rows in (1, 3, 17):
+        assert torch.equal(rowops.rms_norm(x[5:5 + rows], weight, 1e-6), normed[5:5 + rows])
+        assert torch.equal(rowops.silu_mul(gate[5:5 + rows], up[5:5 + rows]), product[5:5 + rows])
+
+
+@pytest.mark.skipif(not rowops.available(), reason="specdec._rowops not available here")
+@pytest.mark.parametrize("call, error", [
+    (lambda: rowops.rms_norm(torch.randn(2, 16), torch.randn(8), 1e-6), "\\(rows, 8\\)"),
+    (lambda: rowops.rms_norm(torch.randn(2, 12), torch.randn(12), 1e-6), "multiple of 8"),
+    (lambda: rowops.rms_norm(torch.randn(2, 16).double(), torch.randn(16), 1e-6), "float32"),
+    (lambda: rowops.rms_norm(torch.randn(2, 16), torch.randn(16, 1), 1e-6), "1-d vector"),
+    (lambda: rowops.silu_mul(torch.randn(2, 16), torch.randn(2, 8)), "\\(rows, 16\\)"),
+    (lambda: rowops.silu_mul(torch.randn(4, 16)[::2], torch.randn(2, 16)), "one shape and row stride"),
+    (lambda: rowops.silu_mul(torch.randn(2, 32)[:, ::2], torch.randn(2, 32)[:, ::2]), "contiguous rows"),
+])
+def test_row_operations_refuse_what_the_kernel_cannot_take(call, error):
+    with pytest.raises((ValueError, RuntimeError), match=error):
+        call()
