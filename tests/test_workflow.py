@@ -3,6 +3,7 @@ refused with the offending key named."""
 
 import copy
 import hashlib
+import json
 import os
 import re
 import signal
@@ -449,110 +450,188 @@ def test_a_second_machine_adds_its_own_profiles_and_fit_and_overwrites_nothing(t
 
 
 # --- interruption: kill the workflow in the middle of its decoding jobs, rerun, lose nothing ----------------------
+# The interrupted runs decode with tests/gated_draft.py's `gated_prompt_lookup`: the tiny study's prompt lookup, whose
+# jobs wait at their first proposal until the test lets them through. Every signal is sent while a decode job is known
+# to be running, and after the jobs the test let through are known to be finished, never after a guessed delay.
 DETERMINISTIC = ["draft", "domain", "k", "temperature", "acceptance", "tokens_per_pass", "n_prompts", "n_repeats"]
+GATED_PLUGIN_ENV = {"PYTHONPATH": os.pathsep.join([str(REPO / "tests"), os.environ.get("PYTHONPATH", "")])}
+JOB_TIMEOUT_S = 600  # a tiny decode job reaches its first proposal in seconds; a busy shared machine gets ample margin
+
+
+def _gated_lookup_study(root: Path, drafts: list[str], left_out: tuple[str, ...]) -> dict:
+    """The tiny study, less the stages `left_out`, decoding with `drafts`: each the tiny study's `lookup` behind the
+    gate root/gate (so its tables equal lookup's)."""
+    config = tiny_config(root)
+    for stage in left_out:
+        config.pop(stage)
+    for name in drafts:
+        config["draft_kinds"][name] = {**ALL_DRAFT_KINDS["lookup"], "kind": "gated_prompt_lookup",
+                                       "gate": str(root / "gate")}
+    config["drafts"], config["plugins"] = drafts, ["gated_draft"]
+    write_config(root / "config.yaml", config)
+    return config
+
+
+class Gate:
+    """The test's side of tests/gated_draft.py: the decode jobs waiting at the gate, and letting them through."""
+
+    def __init__(self, root: Path):
+        self.path = root / "gate"
+        self.path.mkdir()
+
+    def next_waiting_job(self, proc: subprocess.Popen, log: Path) -> tuple[str, dict]:
+        """(marker, wildcards) of a decode job waiting at the gate, as soon as one is; the test fails if the run ends
+        first or no job gets there within JOB_TIMEOUT_S."""
+        deadline = time.time() + JOB_TIMEOUT_S
+        while time.time() < deadline:
+            waiting = [m for m in self.path.glob("*.running") if not m.with_suffix(".go").exists()]
+            if waiting:
+                return waiting[0].stem, json.loads(waiting[0].read_text())
+            if proc.poll() is not None:
+                pytest.fail(f"the workflow ended with no decode job at the gate: {log.read_text()[-3000:]}")
+            time.sleep(0.2)
+        pytest.fail(f"no decode job reached the gate within {JOB_TIMEOUT_S} s: {log.read_text()[-3000:]}")
+
+    def let_through(self, marker: str) -> None:
+        (self.path / f"{marker}.go").touch()
+
+    def open(self) -> None:
+        """Let every job through, now and later."""
+        (self.path / "open").touch()
+
+    def forget_killed_jobs(self) -> None:
+        """Drop the markers of jobs that waited when their run was stopped (they are gone)."""
+        for marker in self.path.glob("*.running"):
+            if not marker.with_suffix(".go").exists():
+                marker.unlink()
 
 
 def _start(root: Path) -> tuple[subprocess.Popen, Path]:
     cmd = [sys.executable, "-m", "snakemake", "--snakefile", str(REPO / "Snakefile"), "--directory", str(root),
            "--configfile", str(root / "config.yaml"), "--cores", "1", "--rerun-incomplete"]
-    log_path = root / f"interrupted-run-{time.time():.0f}.log"
+    log_path = root / f"interrupted-run-{time.time_ns()}.log"
     log = open(log_path, "w")
     # SIG_DFL in the child: a test run started in the background (`cmd &`) inherits SIGINT ignored, and a Python
     # that starts with SIGINT ignored never turns it into KeyboardInterrupt, so Ctrl-C could not be simulated.
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-                            env=dict(os.environ, OMP_NUM_THREADS="1"),
+                            env=dict(os.environ, OMP_NUM_THREADS="1", **GATED_PLUGIN_ENV),
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     return proc, log_path
 
 
-def _interrupt_after_next_decode_job(root: Path, sig: signal.Signals) -> None:
-    """Start the workflow; once one more decode job has written its outputs, send `sig` to the whole process group
-    (Snakemake and the job it runs), as Ctrl-C in a terminal or a killed node would."""
+def _stop_when_a_decode_job_waits(root: Path, gate: Gate, sig: signal.Signals,
+                                  let_through: int) -> tuple[list[dict], dict, str]:
+    """Start the workflow, let `let_through` decode jobs past the gate, and once the next one waits there send `sig`
+    to the whole process group (Snakemake and that job), as Ctrl-C in a terminal or a killed node would. With
+    --cores 1 the next job starts only after Snakemake has recorded the previous one as finished. Returns the
+    wildcards of the jobs let through, those of the job stopped, and the run's log."""
     proc, log = _start(root)
-    deadline = time.time() + 600
-    while time.time() < deadline:
-        # Snakemake's own word that a decode job is done (its outputs alone appear before the job process exits,
-        # and a job killed while it exits counts as failed).
-        if "(Rule: decode)" in log.read_text():
-            time.sleep(1)
-            os.killpg(proc.pid, sig)
-            proc.wait(timeout=120)
-            return
-        if proc.poll() is not None:
-            logs = sorted(root.glob("interrupted-run-*.log"))
-            pytest.fail(f"the workflow ended before it could be interrupted: {logs[-1].read_text()[-3000:]}")
-        time.sleep(0.5)
-    os.killpg(proc.pid, signal.SIGKILL)
-    pytest.fail("no decode job finished within 10 minutes")
+    try:
+        finished = []
+        for _ in range(let_through):
+            marker, wildcards = gate.next_waiting_job(proc, log)
+            gate.let_through(marker)
+            finished.append(wildcards)
+        _, stopped = gate.next_waiting_job(proc, log)
+        os.killpg(proc.pid, sig)
+        proc.wait(timeout=120)
+    finally:
+        if proc.poll() is None:  # the test failed on the way: leave no workflow waiting at the gate
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    gate.forget_killed_jobs()
+    return finished, stopped, log.read_text()
 
 
-def _finished_outputs(root: Path) -> dict[Path, float]:
+def _run_dir(wildcards: dict) -> str:
+    w = wildcards
+    return f"results/runs/{w['setting']}/{w['draft']}/{w['domain']}/k{w['k']}/seed{w['seed']}/"
+
+
+def _finished_outputs(root: Path) -> dict[str, float]:
     """The parquet files of jobs Snakemake counts as finished (a rerun would not schedule them), with their mtimes;
     every parquet file present must read back whole."""
-    files = list(root.glob("results/**/*.parquet"))
+    files = [str(p.relative_to(root)) for p in root.glob("results/**/*.parquet")]
     for path in files:
-        pd.read_parquet(path)  # raises on a truncated or half-written file
-    assert snakemake(root, "--unlock", "--cores", "1").returncode == 0  # a killed Snakemake leaves its lock
-    dry = snakemake(root, "--dry-run", "--cores", "1", "--rerun-incomplete")
+        pd.read_parquet(root / path)  # raises on a truncated or half-written file
+    # a killed Snakemake leaves its lock
+    assert snakemake(root, "--unlock", "--cores", "1", env=GATED_PLUGIN_ENV).returncode == 0
+    dry = snakemake(root, "--dry-run", "--cores", "1", "--rerun-incomplete", env=GATED_PLUGIN_ENV)
     assert dry.returncode == 0, dry.stderr[-3000:]
     scheduled = {out.strip() for line in dry.stdout.splitlines() if line.strip().startswith("output:")
                  for out in line.split(":", 1)[1].split(",")}
-    return {p: p.stat().st_mtime for p in files if str(p.relative_to(root)) not in scheduled}
+    return {p: (root / p).stat().st_mtime for p in files if p not in scheduled}
+
+
+def _in_dir(files, directory: str) -> list[str]:
+    return [f for f in files if f.startswith(directory)]
+
+
+def _files_under(directory: Path) -> list[Path]:
+    """Files only: Snakemake makes a job's output directories before the job starts."""
+    return [p for p in directory.rglob("*") if p.is_file()]
 
 
 @ON_TINY_STUDY
 def test_interrupted_runs_resume_without_loss(tiny_study, tmp_path):
     # The decode stage is what gets interrupted; the stages after the study table are left out to keep this short.
-    config = tiny_config(tmp_path)
-    for stage in ("distribution_check", "profiling", "peers", "reproduce", "distillation"):
-        config.pop(stage)
-    config["drafts"] = ["lookup"]  # no draft model to prepare; two decode jobs (greedy, sampled): one per interruption
-    write_config(tmp_path / "config.yaml", config)
+    # Two gated lookup drafts, greedy and sampled: four decode jobs, so that each interruption comes after one more
+    # job has finished and while another runs.
+    drafts = ["lookup", "lookup_again"]
+    _gated_lookup_study(tmp_path, drafts, ("distribution_check", "profiling", "peers", "reproduce", "distillation"))
+    gate = Gate(tmp_path)
     reference = pd.read_csv(tiny_study[0] / "results/tables/study.csv")
-    reference = reference[reference["draft"].isin(config["drafts"])].reset_index(drop=True)[DETERMINISTIC]
-    _interrupt_after_next_decode_job(tmp_path, signal.SIGINT)
+    reference = reference[reference["draft"] == "lookup"].reset_index(drop=True)[DETERMINISTIC]
+
+    finished, stopped, _ = _stop_when_a_decode_job_waits(tmp_path, gate, signal.SIGINT, let_through=1)
     after_sigint = _finished_outputs(tmp_path)
-    _interrupt_after_next_decode_job(tmp_path, signal.SIGKILL)
+    assert len(_in_dir(after_sigint, _run_dir(finished[0]))) == 2, sorted(after_sigint)  # steps and sequences
+    assert not _files_under(tmp_path / _run_dir(stopped)), "the job stopped by Ctrl-C left files"
+
+    finished, stopped, killed_run = _stop_when_a_decode_job_waits(tmp_path, gate, signal.SIGKILL, let_through=1)
     after_sigkill = _finished_outputs(tmp_path)
-    assert any("results/runs" in str(p) for p in after_sigint)
     assert {p: after_sigkill.get(p) for p in after_sigint} == after_sigint, "finished jobs were redone"
-    assert len(after_sigkill) > len(after_sigint)
-    # The kill stopped the run before its end (the job after the last decode, the study table, may finish first: it
-    # takes about a second, as long as the kill waits for Snakemake to record the decode job).
-    killed_run = sorted(tmp_path.glob("interrupted-run-*.log"))[-1].read_text()
+    assert len(_in_dir(after_sigkill, _run_dir(finished[0]))) == 2, sorted(after_sigkill)  # the rerun went on
+    assert not _in_dir(after_sigkill, _run_dir(stopped)), "the killed job counts as finished"
     assert "(100%) done" not in killed_run, killed_run[-2000:]
 
-    # README: after an interruption rerun with --rerun-incomplete (after a hard kill, --unlock first).
-    result = snakemake(tmp_path, *TWO_JOBS_AT_A_TIME, "--rerun-incomplete")
+    # README: after an interruption rerun the same command (after a hard kill, --unlock first: _finished_outputs did).
+    gate.open()
+    result = snakemake(tmp_path, *TWO_JOBS_AT_A_TIME, "--rerun-incomplete", env=GATED_PLUGIN_ENV)
     assert result.returncode == 0, result.stderr[-3000:]
     final = _finished_outputs(tmp_path)
     assert {p: final.get(p) for p in after_sigkill} == after_sigkill, "finished jobs were redone"
-    resumed = pd.read_csv(tmp_path / "results/tables/study.csv").reset_index(drop=True)[DETERMINISTIC]
-    pd.testing.assert_frame_equal(resumed, reference)
+    resumed = pd.read_csv(tmp_path / "results/tables/study.csv")[DETERMINISTIC]
+    for draft in drafts:  # each gated draft decodes as lookup did in the uninterrupted tiny study
+        rows = resumed[resumed["draft"] == draft].assign(draft="lookup").reset_index(drop=True)
+        pd.testing.assert_frame_equal(rows, reference)
 
 
 def test_ctrl_c_stops_a_running_job_with_one_line(tmp_path):
     """Ctrl-C (SIGINT to the process group) while a decode job runs: the job says so in one line, no traceback,
     Snakemake stops within seconds, nothing half-written stays, and the same command simply resumes."""
-    config = tiny_config(tmp_path)
-    for stage in ("distribution_check", "profiling", "peers", "reproduce", "distillation", "draft_sweep"):
-        config.pop(stage)
-    config["drafts"], config["decoding"]["max_new_tokens"] = ["lookup"], 400  # no draft model to prepare; a long job
-    write_config(tmp_path / "config.yaml", config)
+    _gated_lookup_study(tmp_path, ["lookup"], ("distribution_check", "profiling", "peers", "reproduce",
+                                               "distillation", "draft_sweep"))
+    gate = Gate(tmp_path)
     proc, log = _start(tmp_path)
-    deadline = time.time() + 600
-    while not list(tmp_path.glob("logs/decode/*/*/*/*/*.log")):  # a decode job has started
-        assert proc.poll() is None and time.time() < deadline, log.read_text()[-3000:]
-        time.sleep(0.5)
-    time.sleep(2)
-    os.killpg(proc.pid, signal.SIGINT)
-    interrupted = time.time()
-    proc.wait(timeout=60)
+    try:
+        _, running = gate.next_waiting_job(proc, log)  # a decode job is running: it waits at its first proposal
+        os.killpg(proc.pid, signal.SIGINT)
+        interrupted = time.time()
+        proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:  # the test failed on the way: leave no workflow waiting at the gate
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
     output = log.read_text()
     assert time.time() - interrupted < 30, "the run did not stop within seconds"
-    assert "interrupted, nothing written; rerun the same command to resume" in output, output[-3000:]
+    job = ", ".join(f"{k}={v}" for k, v in running.items())
+    lines = [line for line in output.splitlines() if "interrupted, nothing written" in line]
+    # one line, from the one job that ran (--cores 1), naming it
+    assert lines == [f"specdec: decode ({job}) interrupted, nothing written; rerun the same command to resume"], \
+        output[-3000:]
     assert "Traceback" not in output and "KeyboardInterrupt" not in output, output[-3000:]
-    assert not list(tmp_path.glob("results/runs/**/*.parquet"))  # the interrupted job left nothing
-    dry = snakemake(tmp_path, "--dry-run", "--cores", "1")  # no lock, nothing incomplete: the same command resumes
+    assert not _files_under(tmp_path / "results/runs"), "the interrupted job left files"
+    # no lock, nothing incomplete: the same command resumes
+    dry = snakemake(tmp_path, "--dry-run", "--cores", "1", env=GATED_PLUGIN_ENV)
     assert dry.returncode == 0 and job_counts(dry.stdout).get("decode", 0) >= 1, dry.stdout[-2000:] + dry.stderr[-2000:]
-
