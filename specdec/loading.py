@@ -30,6 +30,7 @@ DTYPES = ("float32", "bfloat16", "float16")
 
 
 LINEAR_KERNELS = ("invariant", "auto", "default", "weight_major", "avx2")
+WEIGHTS = ("safetensors", "gguf")
 
 
 @dataclass(frozen=True)
@@ -43,16 +44,29 @@ class Runtime:
     an Intel Xeon with AMX, nothing on the AMD EPYC (docs/performance.md), but a verify pass then sums in other
     orders than a step. "default" keeps torch's nn.Linear; "weight_major" and "avx2" run every fp32 product of up to
     16 rows on that backend (specdec/kernels.py). On the CPU a bf16 model's linear layers become row-adaptive (bf16
-    for few rows, an fp32 copy of the same values for many) with any kernel but "default"."""
+    for few rows, an fp32 copy of the same values for many) with any kernel but "default".
+
+    weights: "safetensors" (the default) loads prepared model directories (fp32 or bf16 weights, above); "gguf" runs
+    each model from its GGUF file's own quantized tensors on the lean forward (specdec/gguf_loading.py), CPU only,
+    fp32 activations: dtype must stay float32, and linear_kernel does not apply (the quantized product and the lean
+    attention are order-fixed whatever it says)."""
 
     dtype: str = "float32"
     device: str = "cpu"
     linear_kernel: str = "invariant"
     threads: int | None = None
+    weights: str = "safetensors"
 
     def __post_init__(self):
         if self.linear_kernel not in LINEAR_KERNELS:
             raise ValueError(f"linear_kernel must be one of {LINEAR_KERNELS}, got {self.linear_kernel!r}")
+        if self.weights not in WEIGHTS:
+            raise ValueError(f"runtime weights must be one of {WEIGHTS}, got {self.weights!r}")
+        if self.weights == "gguf" and self.dtype != "float32":
+            raise ValueError(f"runtime weights 'gguf' run each GGUF file's own tensor types with fp32 activations: "
+                             f"dtype must be 'float32', got {self.dtype!r}")
+        if self.weights == "gguf" and self.device != "cpu":
+            raise ValueError(f"runtime weights 'gguf' run on the CPU only, got device {self.device!r}")
 
 
 def torch_dtype(dtype: str) -> torch.dtype:
@@ -93,6 +107,9 @@ def load_for_decoding(model_dir, runtime: Runtime, backend_tables: dict[str, dic
         torch.set_num_threads(runtime.threads)
     if runtime.device == "cuda" and not torch.cuda.is_available():
         raise RuntimeError("runtime device is 'cuda' but torch sees no CUDA device")
+    if runtime.weights != "safetensors":
+        raise ValueError(f"load_for_decoding loads prepared safetensors directories; runtime weights "
+                         f"{runtime.weights!r} load through specdec.gguf_loading.load_gguf_for_decoding")
     model, tokenizer = load_model(model_dir, dtype=runtime.dtype, device=runtime.device)
     if runtime.device != "cpu" or runtime.linear_kernel == "default":
         return model, tokenizer

@@ -273,3 +273,110 @@ if __name__ == "__main__":
     out = Path(sys.argv[1] if len(sys.argv) > 1 else ".tiny")
     build_tiny_study(out)
     print(f"tiny study in {out}: snakemake --cores 1 --directory {out} --configfile {out}/config.yaml")
+
+
+# --- tiny GGUF files with a tokenizer, and a tiny study in the gguf regime (runtime.weights: gguf) ---------------
+def _gguf_string(text: str) -> bytes:
+    import struct
+
+    data = text.encode("utf-8")
+    return struct.pack("<Q", len(data)) + data
+
+
+def _gguf_kv_bytes(fields: dict) -> bytes:
+    """GGUF metadata entries: bool, uint32, string, a list of strings or of int32 (the types tokenizers use)."""
+    import struct
+
+    out = bytearray()
+    for key, value in fields.items():
+        out += _gguf_string(key)
+        if isinstance(value, bool):
+            out += struct.pack("<I?", 7, value)
+        elif isinstance(value, int):
+            out += struct.pack("<II", 4, value)
+        elif isinstance(value, str):
+            out += struct.pack("<I", 8) + _gguf_string(value)
+        elif all(isinstance(v, str) for v in value):
+            out += struct.pack("<IIQ", 9, 8, len(value)) + b"".join(_gguf_string(v) for v in value)
+        else:
+            out += struct.pack("<IIQ", 9, 5, len(value)) + struct.pack(f"<{len(value)}i", *value)
+    return bytes(out)
+
+
+def add_gguf_metadata(path, fields: dict, dest=None):
+    """Rewrite a GGUF file (to dest, default in place) with more metadata entries: the header's entry count, the
+    new entries after the old, the tensor table as it was, the data realigned (tensor offsets are relative to it,
+    so they stay valid). Keys the file already has are refused."""
+    import struct
+
+    from .gguf_loading import read_header
+
+    header = read_header(path, string_arrays=())
+    present = sorted(set(fields) & set(header.metadata))
+    if present:
+        raise ValueError(f"{path} already has metadata {present}")
+    raw = Path(path).read_bytes()
+    prefix = (raw[:4] + struct.pack("<IQQ", header.version, len(header.tensors), len(header.metadata) + len(fields))
+              + raw[24:header.kv_end] + _gguf_kv_bytes(fields) + raw[header.kv_end:header.table_end])
+    alignment = int(header.metadata.get("general.alignment", 32))
+    Path(dest or path).write_bytes(prefix + bytes(-len(prefix) % alignment) + raw[header.data_start:])
+    return dest or path
+
+
+def gguf_tokenizer_fields(tokenizer=None, chat_template: str = CHAT_TEMPLATE) -> dict:
+    """A tokenizer as llama.cpp's converter writes a Qwen2 one into GGUF metadata (byte-level BPE, "gpt2" model,
+    specials as control tokens), the EOS id left to the file's writer; default: the tiny tokenizer (no merges)."""
+    tok = tokenizer or tiny_tokenizer()
+    vocab = tok.get_vocab()
+    tokens = sorted(vocab, key=vocab.get)
+    special = set(tok.all_special_tokens)
+    return {"tokenizer.ggml.model": "gpt2", "tokenizer.ggml.pre": "qwen2", "tokenizer.ggml.tokens": tokens,
+            "tokenizer.ggml.token_type": [3 if t in special else 1 for t in tokens],
+            "tokenizer.ggml.merges": [], "tokenizer.ggml.padding_token_id": vocab[tok.pad_token],
+            "tokenizer.ggml.bos_token_id": vocab[tok.pad_token], "tokenizer.ggml.add_bos_token": False,
+            "tokenizer.chat_template": chat_template}
+
+
+def tiny_gguf_with_tokenizer(path, tokenizer=None, **kwargs):
+    """tiny_gguf (vocab_size: the tokenizer's) with the tokenizer in its metadata: a file the CLI and the gguf
+    regime run alone (tokenizer from the file, vocabularies compared between files). kwargs: tiny_gguf's."""
+    tok = tokenizer or tiny_tokenizer()
+    vocab = tok.get_vocab()
+    tiny_gguf(path, vocab_size=len(vocab), eos_token_id=vocab[tok.eos_token], **kwargs)
+    return add_gguf_metadata(path, gguf_tokenizer_fields(tok))
+
+
+# The tiny gguf study: a 2-layer target whose second layer is ~30x smaller than its first, and a 1-layer draft file
+# holding the same first layer, embedding and head (tiny_gguf draws each tensor from its name), so the draft is often
+# right; both with the target's tensor types.
+GGUF_TARGET_SCALES = (0.1, 0.003)
+
+
+def build_tiny_gguf_study(root: Path, k: list[int] | None = None) -> dict:
+    """The tiny study (build_tiny_study: prompt sources, domains, settings) in the gguf regime: tiny GGUF files with
+    the tiny tokenizer at root/resources/gguf/{model}.gguf (where the workflow reads them; no rule makes a local
+    model's GGUF file), runtime.weights gguf, every kind that runs there, and the stages that do not (the
+    distribution check, profiling and the cost model, peers, the sweep) unset. Returns the config (also written to
+    root/config.yaml)."""
+    import yaml
+
+    root = Path(root)
+    config = build_tiny_study(root, k=k or [1, 3])
+    gguf_dir = root / "resources/gguf"
+    gguf_dir.mkdir(parents=True, exist_ok=True)
+    tiny_gguf_with_tokenizer(gguf_dir / "tiny-target.gguf", layers=2, norm_scale=GGUF_TARGET_SCALES)
+    tiny_gguf_with_tokenizer(gguf_dir / "tiny-draft0.gguf", layers=1, norm_scale=GGUF_TARGET_SCALES[:1])
+    config["models"] = {name: spec for name, spec in config["models"].items() if name in ("tiny-target",
+                                                                                          "tiny-draft0")}
+    config["draft_kinds"] = {"trunc1": {"kind": "truncated", "model": "tiny-target", "layers": 1},
+                             "early1": {"kind": "early_exit", "layers": 1},
+                             "lookup": {"kind": "prompt_lookup", "ngram_max": 3},
+                             "hybrid": {"kind": "hybrid", "model": "tiny-draft0", "ngram_max": 3}}
+    config["drafts"] = ["tiny-draft0", *config["draft_kinds"]]
+    config["runtime"] = {"weights": "gguf", "dtype": "float32", "device": "cpu", "threads": 1}
+    config["reproduce"] = {"drafts": ["tiny-draft0"], "domains": ["code"], "k": [config["decoding"]["k"][0]],
+                           "repeats": 1, "prompts_per_domain": 1}
+    for stage in ("distribution_check", "profiling", "peers", "distillation"):
+        config[stage] = None
+    (root / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+    return config

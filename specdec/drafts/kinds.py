@@ -30,7 +30,9 @@ def _lookup(spec: Mapping, resources: DraftResources) -> PromptLookupDraft:
                              eos_token_ids=sorted(resources.eos_token_ids))
 
 
-def _early_exit(spec: Mapping, resources: DraftResources) -> EarlyExitDraft:
+def _early_exit(spec: Mapping, resources: DraftResources) -> ModelDraft:
+    if resources.target_layers is not None:  # the regime's own session over the target's first layers (gguf)
+        return ModelDraft(resources.target_layers(int(spec["layers"])), min_confidence=spec.get("min_confidence"))
     return EarlyExitDraft(resources.target, int(spec["layers"]), min_confidence=spec.get("min_confidence"))
 
 
@@ -55,7 +57,7 @@ register(DraftKind(
     assisted=_plain_model, description="a prepared model of its own (a model under `models`)"))
 register(DraftKind(
     "truncated", _model_draft, {**MODEL_FIELDS, "layers": LAYERS}, required=("model", "layers"), model="own",
-    made_by="truncate", cost=_own_model_cost,
+    made_by="truncate", cost=_own_model_cost, gguf_cut=True,
     description="the first `layers` decoder layers of `model` with its norm and head, untrained"))
 register(DraftKind(
     "distilled", _model_draft, {**MODEL_FIELDS, "layers": LAYERS, "training": {"$ref": "#/$defs/training"}},

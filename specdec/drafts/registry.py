@@ -6,7 +6,9 @@ A kind states
   that a workflow stage makes ("own", with the stage's name in `made_by`);
 - how its proposer is built from the target (and that model);
 - what one draft step costs, for the cost model (`DraftCost`);
-- whether Hugging Face's assisted generation can run it (the peers benchmark).
+- whether Hugging Face's assisted generation can run it (the peers benchmark);
+- which GGUF file its model runs from in the gguf regime (`gguf_model`: its `model`'s file, whole or cut to its first
+  `layers`; a kind with weights of its own cannot run there).
 
 The config checks, the workflow's rules, the decode jobs, the cost model and the peers benchmark ask this registry
 instead of testing kind names. A new kind is a proposer class plus `register(DraftKind(...))`; a module that does
@@ -36,13 +38,15 @@ class DraftCost:
 @dataclass(frozen=True)
 class DraftResources:
     """What a kind's build function gets: the target as the job runs it (a model or a session), the width of its
-    logits, its EOS ids, and a loader of the draft's own model (a model or a session over it; None for kinds that
-    load no model)."""
+    logits, its EOS ids, a loader of the draft's own model (a model or a session over it; None for kinds that
+    load no model), and, where the regime makes them (the gguf regime), sessions over the target's own first n
+    layers with its norm and head, sharing its weights (`target_layers(n)`; None: cut a Hugging Face target)."""
 
     target: Any
     vocab_size: int
     eos_token_ids: frozenset[int]
     draft_model: Callable[[], Any] | None = None
+    target_layers: Callable[[int], Any] | None = None
 
 
 def _no_model_cost(name: str, spec: Mapping) -> DraftCost:
@@ -64,6 +68,9 @@ class DraftKind:
     cost: Callable[[str, Mapping], DraftCost] = _no_model_cost  # (draft name, spec) -> DraftCost
     assisted: Callable[[Mapping], bool] = _never  # (spec) -> can Hugging Face assisted generation run it?
     description: str = ""
+    # an "own" model that is the first `layers` layers of its `model` (truncated): the gguf regime runs those layers
+    # of that model's GGUF file over the same weights, with no file of its own
+    gguf_cut: bool = False
 
     def __post_init__(self):
         if self.model not in (None, "named", "own"):
@@ -76,10 +83,27 @@ class DraftKind:
         unknown = set(self.required) - set(self.fields)
         if unknown:
             raise ValueError(f"draft kind {self.name!r}: required fields {sorted(unknown)} are not among its fields")
+        if self.gguf_cut and (self.model != "own" or not {"model", "layers"} <= set(self.required)):
+            raise ValueError(f"draft kind {self.name!r}: a GGUF cut is a model of its own with required 'model' and "
+                             "'layers' fields")
 
     def model_name(self, draft: str, spec: Mapping) -> str | None:
         """The prepared model directory's name this draft loads: its `model` field, its own name, or None."""
         return {"named": spec.get("model"), "own": draft, None: None}[self.model]
+
+    def gguf_model(self, draft: str, spec: Mapping) -> tuple[str, int | None] | None:
+        """In the gguf regime: (the model under `models` whose GGUF file this draft runs, the number of its first
+        layers it keeps or None for all), or None for a kind that loads no model. A kind whose model is its own and
+        not a cut of another's (distilled: trained weights) has no GGUF file: DraftSpecError naming the draft."""
+        if self.model is None:
+            return None
+        if self.model == "named":
+            return spec["model"], None
+        if self.gguf_cut:
+            return spec["model"], int(spec["layers"])
+        raise DraftSpecError(f"draft {draft!r}: a {self.name!r} draft runs weights of its own (made by the "
+                             f"{self.made_by!r} stage, saved as safetensors), which have no GGUF file: it cannot run "
+                             "with runtime weights 'gguf'")
 
     def check_fields(self, spec: Mapping, key: str) -> None:
         """Unknown and missing fields, named by their config key (field values are the schema's job)."""

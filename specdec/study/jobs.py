@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass, replace
 from typing import Callable, Mapping
 
 import pandas as pd
+from transformers import PreTrainedModel
 
 from ..decode import DecodeResult, generate_baseline, generate_speculative
 from ..drafts import DraftResources, get_kind
@@ -19,6 +20,7 @@ from ..kernels import tables_from_timings
 from ..lm import eos_ids_of, vocab_size_of
 from ..loading import Runtime, check_same_vocabulary, load_for_decoding
 from .diagnose import diagnose_divergence
+from .divergence import first_difference
 from .interleave import Turn, batch_of_one, run_interleaved
 
 
@@ -49,9 +51,27 @@ def read_backend_tables(path) -> dict[str, dict] | None:
     return tables_from_timings(pd.read_csv(path).to_dict("records")) if path else None
 
 
+def load_target(path, runtime: Runtime, backend_tables: dict | None = None, max_length: int | None = None):
+    """The target as a decoding job runs it, per runtime.weights: (a prepared model, its tokenizer) from a model
+    directory, or (a LeanLM session, the file's vocabulary) from a GGUF file (max_length: its KV cache's positions;
+    backend tables do not apply there)."""
+    if runtime.weights == "gguf":
+        from ..gguf_loading import load_gguf_for_decoding
+
+        return load_gguf_for_decoding(path, runtime, max_length=max_length)
+    return load_for_decoding(path, runtime, backend_tables)
+
+
 def load_draft_model(name: str, spec: Mapping, draft_dir, target_tokenizer, runtime: Runtime,
-                     backend_tables: dict | None = None):
-    """A draft's prepared model, loaded in its runtime; its tokenizer must equal the target's."""
+                     backend_tables: dict | None = None, target=None):
+    """A draft's model, loaded in its runtime; its vocabulary must equal the target's. runtime.weights
+    'safetensors': the prepared model directory `draft_dir`; 'gguf': a session over the GGUF file `draft_dir` (its
+    first layers for a truncated cut), sharing the target's weights where it is the target's file (target: the
+    target's session; target_tokenizer: its vocabulary)."""
+    if runtime.weights == "gguf":
+        from ..gguf_loading import load_gguf_draft
+
+        return load_gguf_draft(name, spec, draft_dir, target, target_tokenizer, runtime)
     if not draft_dir:
         raise ValueError(f"draft {name!r} of kind {spec['kind']!r} needs a prepared model directory")
     model, tokenizer = load_for_decoding(draft_dir, draft_runtime(spec, runtime), backend_tables)
@@ -61,13 +81,38 @@ def load_draft_model(name: str, spec: Mapping, draft_dir, target_tokenizer, runt
 
 def make_draft(name: str, spec: Mapping, target, target_tokenizer, draft_dir, runtime: Runtime,
                backend_tables: dict | None = None):
-    """The proposer a draft spec ({kind, ...fields}) asks for, built by its kind (specdec.drafts.registry)."""
+    """The proposer a draft spec ({kind, ...fields}) asks for, built by its kind (specdec.drafts.registry). In the
+    gguf regime `target` is a LeanLM session and `target_tokenizer` its file's vocabulary; a kind that cannot run
+    there, or a draft dtype, is refused by name before any model loads."""
     kind = get_kind(spec["kind"], f"draft {name!r}: kind")
+    target_layers = None
+    if runtime.weights == "gguf":
+        from ..gguf_loading import first_layers, gguf_draft_source
+
+        gguf_draft_source(name, spec)
+        target_layers = lambda layers: first_layers(target, layers)  # noqa: E731
     resources = DraftResources(
-        target=target, vocab_size=vocab_size_of(target), eos_token_ids=eos_ids_of(target),
-        draft_model=(lambda: load_draft_model(name, spec, draft_dir, target_tokenizer, runtime, backend_tables))
-        if kind.model else None)
+        target=target, vocab_size=_vocab_size(target), eos_token_ids=_eos_ids(target),
+        draft_model=(lambda: load_draft_model(name, spec, draft_dir, target_tokenizer, runtime, backend_tables,
+                                              target)) if kind.model else None,
+        target_layers=target_layers)
     return kind.build(spec, resources)
+
+
+def _vocab_size(target) -> int:
+    return vocab_size_of(target) if isinstance(target, PreTrainedModel) else target.vocab_size  # a session's own
+
+
+def _eos_ids(target) -> frozenset[int]:
+    return eos_ids_of(target) if isinstance(target, PreTrainedModel) else frozenset(target.eos_token_ids)
+
+
+def _batch_invariant(target) -> bool:
+    """A target whose logits are the same bits in a one-token step and in any verify pass by construction (the
+    lean engine: order-fixed quantized products, native attention): a greedy divergence cannot be a near-tie."""
+    from ..lean import LeanLM
+
+    return isinstance(target, LeanLM)
 
 
 def baseline_or_speculative(k: int | None, target, draft, input_ids, max_new_tokens: int, **sampling) -> DecodeResult:
@@ -116,7 +161,11 @@ def run_decode_jobs(target, draft, prompts: pd.DataFrame, job: DecodeJob, ks: li
             spec = turn.results[k]
             identical = base.tokens == spec.tokens
             diagnosis = {}
-            if greedy and not identical:
+            if greedy and not identical and _batch_invariant(target):
+                # no rounding difference between the paths to explain it: any divergence is a bug, reported as one
+                diagnosis = {"first_diff": first_difference(base.tokens, spec.tokens), "margin": float("nan"),
+                             "path_diff": 0.0, "near_tie": False, "reproducible": None}
+            elif greedy and not identical:
                 diagnosis = diagnose_divergence(target, draft, batch_of_one(input_ids), k, job.max_new_tokens,
                                                 base.tokens, spec.tokens)
                 log(f"  divergence on {prompt.prompt_id} at k={k}: {diagnosis}")

@@ -11,9 +11,9 @@ import logging
 import pandas as pd
 
 from specdec.drafts import load_plugins
-from specdec.loading import Runtime, load_for_decoding
+from specdec.loading import Runtime
 from specdec.study.io import write_parquet
-from specdec.study.jobs import DecodeJob, make_draft, read_backend_tables, run_decode_jobs
+from specdec.study.jobs import DecodeJob, load_target, make_draft, read_backend_tables, run_decode_jobs
 from specdec.study.logs import log_to
 
 log = logging.getLogger("decode")
@@ -32,15 +32,18 @@ def main(snakemake):
                         max_new_tokens=int(params.max_new_tokens), repeats=int(params.repeats), **params.sampling)
         runtime = Runtime(**params.runtime)  # not snakemake.threads: capped at --cores
         log.info("job %s at k %s, draft %s, runtime %s", job, ks, params.draft_spec, runtime)
-        target, target_tokenizer = load_for_decoding(
-            snakemake.input.target, runtime, read_backend_tables(snakemake.input.get("target_kernels")))
-        draft = make_draft(wc.draft, dict(params.draft_spec), target, target_tokenizer,
-                           snakemake.input.get("draft"), runtime,
-                           read_backend_tables(snakemake.input.get("draft_kernels")))
         prompts = pd.read_parquet(snakemake.input.prompts)
         limit = params.get("prompt_limit")  # the sampled setting and the sweep may use the first N prompts only
         if limit:
             prompts = prompts.head(int(limit))
+        # runtime.weights gguf: a static KV cache as long as the longest sequence of this job (the target's input
+        # is then its GGUF file, the tokenizer its vocabulary); safetensors: a prepared model directory
+        longest = int(prompts["input_ids"].map(len).max()) + job.max_new_tokens + 1
+        target, target_tokenizer = load_target(snakemake.input.target, runtime,
+                                               read_backend_tables(snakemake.input.get("target_kernels")), longest)
+        draft = make_draft(wc.draft, dict(params.draft_spec), target, target_tokenizer,
+                           snakemake.input.get("draft"), runtime,
+                           read_backend_tables(snakemake.input.get("draft_kernels")))
         runs = run_decode_jobs(target, draft, prompts, job, ks, log=log.info)
         for k, steps_path, sequences_path in zip(ks, _as_list(snakemake.output.steps),
                                                  _as_list(snakemake.output.sequences), strict=True):

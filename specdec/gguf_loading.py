@@ -1,0 +1,271 @@
+"""Loading GGUF files for decoding (`Runtime.weights == "gguf"`): each model runs from its file's own quantized
+tensors on the lean forward (`lean.LeanLM` over `gguf_model.read_gguf`), never as fp32 weight matrices.
+
+What a decoding job needs from a GGUF path: `load_gguf_for_decoding` gives a session over the model (more sessions
+over the same weights in memory: `LeanLM(session.model, layers=n)`, as `first_layers` and `load_gguf_draft` make)
+and the file's vocabulary; `load_gguf_tokenizer` gives its tokenizer where text must be encoded (the CLI, the
+study's prompts). Before any of that, `check_gguf` reads the file's header alone (no tensor bytes, well under a
+second for the study's files) and refuses, by name, a missing file, a file that is not GGUF, an architecture other
+than qwen2, tensor types the quantized kernel does not run and a file without a vocabulary; so a pair is checked
+whole before either model loads.
+
+Drafts in this regime (`gguf_draft_source`): a kind whose model is a model of `models` runs that model's GGUF file;
+a truncated cut runs the first n layers of its model's file (the same weights, no file of its own); kinds without a
+model (prompt lookup, early exit over the target's own weights) need nothing. A kind whose weights are its own
+(distilled: trained safetensors) and a draft `dtype` (the file's types are the weights' precision) are refused,
+naming the draft.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import struct
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+import torch
+
+from .errors import DraftSpecError
+from .gguf_model import ARCHITECTURE, GGUFModelError, read_gguf
+from .lean import LeanLM
+from .loading import Runtime, check_same_vocabulary
+from .quant import SUPPORTED_TYPES, UnsupportedTensorType
+
+GGUF_SUFFIX = ".gguf"
+VOCABULARY_KEY = "tokenizer.ggml.tokens"
+GGUF_VERSIONS = (2, 3)  # v1 counted in 32 bits; llama.cpp has written v3 since 2023
+
+
+class GGUFFileError(ValueError):
+    """A path that is not a readable GGUF file (wrong magic bytes, an unknown version, a truncated header)."""
+
+
+# --- the header alone -------------------------------------------------------------------------------------------------
+# GGUF metadata value types: fixed-size ones by struct format; 8 is a string, 9 an array
+_SCALARS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q", 12: "<d"}
+
+
+@dataclass(frozen=True)
+class GGUFHeader:
+    """A GGUF file's metadata and tensor table, read without its tensor data.
+
+    metadata: every key; string arrays are lists only for the keys asked for (the vocabulary), else their length
+    (walking them is all the cost of a header); tensors: name -> (ggml type name, shape in torch order)."""
+
+    path: str
+    version: int
+    metadata: dict[str, Any]
+    tensors: dict[str, tuple[str, tuple[int, ...]]]
+    kv_end: int = field(repr=False, default=0)  # where the metadata ends and the tensor table starts
+    table_end: int = field(repr=False, default=0)  # where the tensor table ends
+    data_start: int = field(repr=False, default=0)  # the aligned start of the tensor data
+
+    @property
+    def architecture(self) -> str | None:
+        return self.metadata.get("general.architecture")
+
+
+def _type_name(type_id: int) -> str:
+    from gguf import GGMLQuantizationType
+
+    try:
+        return GGMLQuantizationType(type_id).name
+    except ValueError:
+        return f"ggml type {type_id}"
+
+
+def read_header(path: str | os.PathLike, string_arrays: tuple[str, ...] = (VOCABULARY_KEY,)) -> GGUFHeader:
+    """Parse a GGUF file's header: FileNotFoundError for a missing file, GGUFFileError for one that is not GGUF."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"no GGUF file at {path}")
+    with open(path, "rb") as f:
+        magic = f.read(4)
+        if magic != b"GGUF":
+            raise GGUFFileError(f"{path} is not a GGUF file (it starts with {magic!r}, not b'GGUF')")
+        with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as blob:
+            try:
+                return _parse(path, blob, set(string_arrays))
+            except (struct.error, UnicodeDecodeError, IndexError) as e:
+                raise GGUFFileError(f"{path}: the GGUF header is truncated or corrupt ({e})") from e
+
+
+def _parse(path: Path, blob, string_arrays: set[str]) -> GGUFHeader:
+    version, n_tensors, n_kv = struct.unpack_from("<IQQ", blob, 4)
+    if version not in GGUF_VERSIONS:
+        raise GGUFFileError(f"{path} is GGUF version {version}; this reader handles versions "
+                            f"{', '.join(map(str, GGUF_VERSIONS))} (little-endian)")
+    pos = 24
+
+    def string(at):
+        (length,) = struct.unpack_from("<Q", blob, at)
+        at += 8
+        if at + length > len(blob):
+            raise IndexError("a string runs past the end of the file")
+        return blob[at:at + length].decode("utf-8"), at + length
+
+    def value(at, kind, keep):
+        if kind in _SCALARS:
+            fmt = _SCALARS[kind]
+            return struct.unpack_from(fmt, blob, at)[0], at + struct.calcsize(fmt)
+        if kind == 8:
+            return string(at)
+        if kind != 9:
+            raise IndexError(f"unknown metadata value type {kind}")
+        item, count = struct.unpack_from("<IQ", blob, at)
+        at += 12
+        if item in _SCALARS:
+            fmt = _SCALARS[item]
+            return list(struct.unpack_from(f"<{count}{fmt[1]}", blob, at)), at + count * struct.calcsize(fmt)
+        if item != 8:
+            raise IndexError(f"metadata arrays of type {item} are not read")
+        if keep:
+            items = []
+            for _ in range(count):
+                text, at = string(at)
+                items.append(text)
+            return items, at
+        for _ in range(count):  # skipped: only its length is kept
+            at += 8 + struct.unpack_from("<Q", blob, at)[0]
+        return count, at
+
+    metadata = {}
+    for _ in range(n_kv):
+        key, pos = string(pos)
+        (kind,) = struct.unpack_from("<I", blob, pos)
+        metadata[key], pos = value(pos + 4, kind, key in string_arrays)
+    kv_end = pos
+    tensors = {}
+    for _ in range(n_tensors):
+        name, pos = string(pos)
+        (n_dims,) = struct.unpack_from("<I", blob, pos)
+        dims = struct.unpack_from(f"<{n_dims}Q", blob, pos + 4)
+        type_id, _offset = struct.unpack_from("<IQ", blob, pos + 4 + 8 * n_dims)
+        pos += 4 + 8 * n_dims + 12
+        tensors[name] = (_type_name(type_id), tuple(int(d) for d in reversed(dims)))  # ggml lists innermost first
+    alignment = int(metadata.get("general.alignment", 32))
+    return GGUFHeader(str(path), version, metadata, tensors, kv_end=kv_end, table_end=pos,
+                      data_start=(pos + alignment - 1) // alignment * alignment)
+
+
+def _listing(items: list[str]) -> str:
+    return ", ".join(items[:12]) + (f" and {len(items) - 12} more" if len(items) > 12 else "")
+
+
+def check_gguf(path: str | os.PathLike) -> GGUFHeader:
+    """Refuse, from the header alone, a file the quantized engine cannot run: not GGUF, not qwen2, tensor types
+    outside quant.SUPPORTED_TYPES (named), no vocabulary. `read_gguf` checks the rest (names, shapes, metadata)."""
+    header = read_header(path)
+    if header.architecture != ARCHITECTURE:
+        raise GGUFModelError(f"{path}: architecture {header.architecture!r}; the lean engine runs {ARCHITECTURE} "
+                             "models only")
+    unsupported = [f"{name} ({qtype})" for name, (qtype, _) in header.tensors.items() if qtype not in SUPPORTED_TYPES]
+    if unsupported:
+        raise UnsupportedTensorType(f"{path}: {len(unsupported)} tensors of types the quantized engine does not run "
+                                    f"({', '.join(SUPPORTED_TYPES)}): {_listing(unsupported)}")
+    if not isinstance(header.metadata.get(VOCABULARY_KEY), list):
+        raise GGUFFileError(f"{path} has no vocabulary ({VOCABULARY_KEY}): a draft's tokens could not be checked "
+                            "against the target's, nor text encoded")
+    return header
+
+
+class GGUFVocabulary:
+    """A GGUF file's token strings by id, with a tokenizer's get_vocab() and len(): what check_same_vocabulary
+    compares, read from the header (a tokenizer's construction is not needed to compare two files)."""
+
+    def __init__(self, header: GGUFHeader):
+        self.path = header.path
+        self.tokens: list[str] = header.metadata[VOCABULARY_KEY]
+
+    def get_vocab(self) -> dict[str, int]:
+        return {token: i for i, token in enumerate(self.tokens)}
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+
+def check_same_gguf_vocabulary(target: str | os.PathLike, draft: str | os.PathLike, target_name: str = "target",
+                               draft_name: str = "draft") -> None:
+    """Both files' vocabularies (from their headers, before either model loads): VocabularyMismatchError naming
+    both where they differ."""
+    check_same_vocabulary(GGUFVocabulary(check_gguf(target)), GGUFVocabulary(check_gguf(draft)), target_name,
+                          draft_name)
+
+
+# --- models, sessions, tokenizer --------------------------------------------------------------------------------------
+def load_gguf_for_decoding(path: str | os.PathLike, runtime: Runtime, *, max_length: int | None = None,
+                           layers: int | None = None, log: Callable[[str], None] = lambda _: None
+                           ) -> tuple[LeanLM, GGUFVocabulary]:
+    """A GGUF file as a decoding job runs it: a LeanLM session over the model as the file holds it (its `.model`
+    is the weights, shared by any further session) and the file's vocabulary. Refusals (check_gguf, then read_gguf's
+    own) come before any tensor is copied. max_length: positions the session's KV cache holds (default: LeanLM's)."""
+    if runtime.weights != "gguf":
+        raise ValueError(f"load_gguf_for_decoding runs runtime weights 'gguf', got {runtime.weights!r}")
+    if runtime.threads:
+        torch.set_num_threads(runtime.threads)  # the quantized kernel runs torch's thread count
+    header = check_gguf(path)
+    model = read_gguf(path)
+    log(f"read {path}: {model.config.layers} layers, {model.step_bytes() / 2**20:.0f} MiB per step")
+    return LeanLM(model, max_length=max_length, layers=layers), GGUFVocabulary(header)
+
+
+def first_layers(session: LeanLM, layers: int) -> LeanLM:
+    """A session over the first `layers` layers of `session`'s model with its final norm and head: the same weights
+    in memory, a KV cache of its own (an early exit over the target, a truncated cut of a draft's file)."""
+    return LeanLM(session.model, max_length=session.max_length, layers=layers)
+
+
+def load_gguf_tokenizer(path: str | os.PathLike):
+    """The tokenizer a GGUF file describes (its vocabulary, merges, special tokens and chat template), through
+    transformers. For qwen2 files Qwen2Tokenizer reads it directly: AutoTokenizer would first build the model's
+    config from the file, several times slower on the study's files for the same tokenizer."""
+    from transformers import AutoTokenizer, Qwen2Tokenizer
+
+    header = check_gguf(path)
+    path = Path(path)
+    loader = Qwen2Tokenizer if header.architecture == "qwen2" else AutoTokenizer
+    tokenizer = loader.from_pretrained(str(path.parent), gguf_file=path.name, local_files_only=True)
+    context = header.metadata.get(f"{header.architecture}.context_length")
+    if context:  # the file says how long a sequence the model takes; transformers leaves it unbounded
+        tokenizer.model_max_length = int(context)
+    return tokenizer
+
+
+# --- drafts ------------------------------------------------------------------------------------------------------------
+def gguf_draft_source(name: str, spec: Mapping) -> tuple[str, int | None] | None:
+    """For a draft in the gguf regime: (the model of `models` whose GGUF file it runs, how many of its first layers
+    (None: all)), or None for a kind that loads no model. DraftSpecError, naming the draft, for a kind that cannot
+    run here (its weights are its own, e.g. distilled) and for a `dtype` (a GGUF file's tensor types are its weights'
+    precision; nothing converts them)."""
+    from .drafts import get_kind
+
+    kind = get_kind(spec["kind"], f"draft {name!r}: kind")
+    dtype = spec.get("dtype")
+    if dtype not in (None, "float32") and kind.model is not None:
+        raise DraftSpecError(f"draft {name!r}: dtype {dtype!r} has no meaning with runtime weights 'gguf' (the draft "
+                             "runs its GGUF file's own tensor types); define the draft without 'dtype'")
+    return kind.gguf_model(name, spec)
+
+
+def load_gguf_draft(name: str, spec: Mapping, path: str | os.PathLike | None, target: LeanLM,
+                    target_vocabulary: GGUFVocabulary, runtime: Runtime) -> LeanLM:
+    """A draft's model in the gguf regime: a session over its GGUF file (its first n layers for a truncated cut),
+    sharing the target's weights where it is the target's own file; its vocabulary must equal the target's."""
+    source = gguf_draft_source(name, spec)
+    if source is None:
+        raise ValueError(f"draft {name!r} of kind {spec['kind']!r} loads no model")
+    model_name, layers = source
+    if not path:
+        raise ValueError(f"draft {name!r} runs the GGUF file of model {model_name!r}: no path given")
+    if target.model.path and Path(path).resolve() == Path(target.model.path).resolve():
+        vocabulary, model = target_vocabulary, target.model  # the target's own file: its weights, read once
+    else:
+        vocabulary = GGUFVocabulary(check_gguf(path))
+        check_same_vocabulary(target_vocabulary, vocabulary, "target", name)  # before the draft's bytes are read
+        model = load_gguf_for_decoding(path, runtime, max_length=target.max_length)[0].model
+    if layers is not None and not 1 <= layers <= model.config.layers:
+        raise DraftSpecError(f"draft {name!r}: layers {layers} is not within 1..{model.config.layers}, the layers of "
+                             f"{path}")
+    return LeanLM(model, max_length=target.max_length, layers=layers)
