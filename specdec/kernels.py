@@ -464,6 +464,9 @@ def apply_bf16_tables(model: nn.Module, tables: Mapping[str, Mapping], per_row_c
     with per_row_count False (the batch-invariant setup), only the product beyond its bf16 rows."""
     for layer in model.modules():
         if isinstance(layer, RowAdaptiveBf16Linear) and (table := tables.get(shape_key(layer))):
+            if "beyond" not in table or not set(table.values()) <= set(BF16_CHOICES):
+                raise ValueError(f"{layer.name}: a bf16 layer needs bf16 kernel tables (time_bf16_products), got "
+                                 f"{table}; were an fp32 model's tables passed for a bf16 model?")
             per_rows = {rows: name for rows, name in table.items() if rows != "beyond"}
             layer.set_table(per_rows if per_row_count else None, table["beyond"])
 

@@ -330,3 +330,11 @@ def test_row_operations_compute_torchs_and_a_row_is_the_same_bits_whatever_share
 def test_row_operations_refuse_what_the_kernel_cannot_take(call, error):
     with pytest.raises((ValueError, RuntimeError), match=error):
         call()
+
+
+def test_a_bf16_model_given_fp32_tables_is_a_clear_error():
+    from specdec.kernels import apply_bf16_tables, use_row_adaptive_bf16_linear
+
+    model = use_row_adaptive_bf16_linear(tiny_qwen2(vocab_size=64, hidden_size=32, seed=0).to(torch.bfloat16))
+    with pytest.raises(ValueError, match="needs bf16 kernel tables"):
+        apply_bf16_tables(model, {"32x32": {1: "avx2", 2: "weight_major"}})
