@@ -126,3 +126,80 @@ def test_python_dash_m(dirs):
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
     assert len(out["tokens"]) == 12 and isinstance(out["text"], str)
+
+
+# --- GGUF files: the CPU user's entry point (the quantized engine, the tokenizer read from the target's file) --------
+needs_product = pytest.mark.skipif(not __import__("specdec.quant").quant.available(),
+                                   reason="specdec._quant (the quantized product) not built")
+
+
+@pytest.fixture(scope="module")
+def ggufs(tmp_path_factory):
+    root = tmp_path_factory.mktemp("cli-gguf")
+    text = root / "text.gguf"
+    text.write_text("not a model")
+    scales = testing.GGUF_TARGET_SCALES
+    return {
+        "target": str(testing.tiny_gguf_with_tokenizer(root / "target.gguf", layers=2, norm_scale=scales)),
+        # the target's first layer, embedding and head (tiny_gguf draws each tensor from its name): often right
+        "draft": str(testing.tiny_gguf_with_tokenizer(root / "draft.gguf", layers=1, norm_scale=scales[:1])),
+        "q4_0": str(testing.tiny_gguf_with_tokenizer(root / "q4_0.gguf", layers=1, types={"ffn_down": "Q4_0"})),
+        "other": str(testing.tiny_gguf_with_tokenizer(root / "other.gguf", layers=1,
+                                                      tokenizer=_tokenizer(CHARS[:-1] + ["8"]))),
+        "text": str(text),
+        "missing": str(root / "missing.gguf"),
+    }
+
+
+def _gguf_args(ggufs, *extra, draft="draft"):
+    base = ["generate", "--target", ggufs["target"], "--prompt", "hello world", "--max-new-tokens", "12",
+            "--threads", "1"]
+    return base + (["--draft", ggufs[draft]] if draft else []) + list(extra)
+
+
+@needs_product
+@pytest.mark.parametrize("extra, draft", [([], "draft"),  # a model draft from its own file
+                                          (["--draft-layers", "1"], None),  # early exit: the target's first layer
+                                          (["--draft-layers", "1"], "target")])  # a truncated cut of a file
+def test_gguf_files_run_speculative_decoding_equal_to_greedy(ggufs, capsys, extra, draft):
+    assert main(_gguf_args(ggufs, "--k", "3", "--json", "--baseline", *extra, draft=draft)) == 0
+    captured = capsys.readouterr()
+    out = json.loads(captured.out)
+    assert out["weights"] == "gguf" and out["mode"] == "speculative"
+    assert out["greedy_identical"] is True and out["tokens"] == out["baseline_tokens"] and out["n_tokens"] == 12
+    assert out["tokens_per_pass"] > 1.5  # the draft is the target's dominant first layer
+    assert "GGUF: Q4_K, Q6_K" in captured.err and "read the tokenizer of" in captured.err
+    assert "(chat template)" in captured.err  # the file's chat template came with its tokenizer
+
+
+@needs_product
+def test_gguf_sampling_and_plain_decoding(ggufs, capsys):
+    assert main(_gguf_args(ggufs, "--json", "--temperature", "0.8", "--top-k", "20", "--seed", "3")) == 0
+    sampled = json.loads(capsys.readouterr().out)
+    assert sampled["mode"] == "speculative" and len(sampled["tokens"]) == 12
+    assert main(_gguf_args(ggufs, "--no-chat-template", draft=None)) == 0
+    captured = capsys.readouterr()
+    assert captured.out.strip() and "chat template" not in captured.err
+
+
+@pytest.mark.parametrize("draft, extra, words", [
+    ("q4_0", [], ["q4_0.gguf", "blk.0.ffn_down.weight (Q4_0)"]),
+    ("other", [], ["target.gguf", "other.gguf", "vocabular", "['7']", "['8']"]),
+    ("text", [], ["text.gguf", "not a GGUF file"]),
+    ("missing", [], ["missing.gguf", "no GGUF file"]),
+    ("draft", ["--dtype", "bfloat16"], ["--dtype", "not for GGUF files"]),
+    ("draft", ["--linear-kernel", "auto"], ["--linear-kernel", "not for GGUF files"]),
+    ("draft", ["--draft-layers", "2"], ["--draft-layers 2", "draft.gguf has 1 layers"]),
+])
+def test_gguf_files_that_cannot_run_exit_2_naming_the_file_before_any_model_loads(ggufs, capsys, draft, extra, words):
+    assert main(_gguf_args(ggufs, *extra, draft=draft)) == 2
+    captured = capsys.readouterr()
+    assert all(word in captured.err for word in words), captured.err
+    # no progress line at all: refused before the tokenizer or any model was read
+    assert "specdec:" not in captured.err and "Traceback" not in captured.err and captured.out == ""
+
+
+def test_a_gguf_target_with_a_model_directory_draft_exits_2(ggufs, dirs, capsys):
+    assert main(["generate", "--target", ggufs["target"], "--draft", dirs["draft"], "--prompt", "hi"]) == 2
+    err = capsys.readouterr().err
+    assert "both GGUF files" in err and ggufs["target"] in err and dirs["draft"] in err
