@@ -212,3 +212,19 @@ def test_a_bf16_table_picks_the_timed_count_below_and_beyond_the_largest_its_own
         assert torch.equal(layer(x), expected), rows
     layer.set_table(None)  # no table: the backend up to max_bf16_rows, the fp32 copy beyond
     assert layer.backend_for(BF16_MAX_ROWS["bf16"] + 1) == "bf16-as-fp32"
+
+
+@pytest.mark.parametrize("product", [*available_bf16_backends(), "bf16-as-fp32"])
+def test_every_bf16_product_computes_the_bf16_layer_for_every_row_count(product, threads):
+    """Rows 1..40 on the product named by the case (a table that names it for every row count), ragged K."""
+    for in_features in (8, 13, 300):
+        torch.manual_seed(in_features)
+        linear = nn.Linear(in_features, 29).to(torch.bfloat16)
+        layer = RowAdaptiveBf16Linear(linear, table={1: product}, beyond=product)
+        expected_weight, expected_bias = linear.weight.float(), linear.bias.float()
+        for rows in range(1, 41):
+            assert layer.backend_for(rows) == product
+            x = torch.randn(1, rows, in_features).to(torch.bfloat16)
+            expected = nn.functional.linear(x.float(), expected_weight, expected_bias)
+            # one fp32 (or bf16) product up to summation order, then one rounding to bf16
+            torch.testing.assert_close(layer(x).float(), expected, rtol=2e-2, atol=2e-2)
