@@ -75,6 +75,16 @@ def test_bf16_draft_keeps_greedy_identity(dirs, capsys):
     assert out["tokens_per_pass"] > 1.0  # the bf16 copy of the perturbed draft still agrees with the target
 
 
+def test_draft_layers_of_a_model_directory_keep_greedy_identity(dirs, capsys):
+    """--draft-layers without --draft: the target's own first layer (early exit), sharing its weights."""
+    assert main(_args(dirs, "--k", "3", "--json", "--baseline", "--draft-layers", "1", draft=None)) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["mode"] == "speculative" and out["weights"] == "safetensors"
+    assert out["greedy_identical"] is True and out["tokens"] == out["baseline_tokens"]
+    assert main(_args(dirs, "--draft-layers", "3")) == 2
+    assert "has 2 layers" in capsys.readouterr().err
+
+
 def test_sampling_and_baseline_only(dirs, capsys):
     assert main(_args(dirs, "--json", "--temperature", "0.8", "--top-k", "20", "--top-p", "0.9", "--seed", "3")) == 0
     sampled = json.loads(capsys.readouterr().out)

@@ -121,6 +121,49 @@ def test_greedy_identity_for_every_kind(greedy_pair, kind_name):
     assert drafted > 0  # the kind did propose
 
 
+# --- greedy identity on the quantized engine (runtime.weights gguf) --------------------------------------------------
+@pytest.fixture(scope="module")
+def lean_files(tmp_path_factory):
+    from specdec.testing import GGUF_TARGET_SCALES, tiny_gguf_with_tokenizer
+
+    root = tmp_path_factory.mktemp("registry-gguf")
+    return (tiny_gguf_with_tokenizer(root / "target.gguf", layers=2, norm_scale=GGUF_TARGET_SCALES),
+            tiny_gguf_with_tokenizer(root / "draft.gguf", layers=1, norm_scale=GGUF_TARGET_SCALES[:1]))
+
+
+@pytest.mark.skipif(not __import__("specdec.quant").quant.available(), reason="the quantized product is not built")
+@pytest.mark.parametrize("kind_name", KINDS)
+def test_greedy_identity_for_every_kind_on_the_quantized_engine(lean_files, kind_name):
+    """Each kind built as a gguf-regime decode job builds it (study.jobs.make_draft: a lean target, the draft's
+    model from its GGUF file, early exits over the target's weights); a kind that cannot run there is refused by
+    name before any model loads."""
+    from specdec.errors import DraftSpecError
+    from specdec.gguf_loading import load_gguf_for_decoding
+    from specdec.loading import Runtime
+    from specdec.study.jobs import make_draft
+
+    runtime = Runtime(weights="gguf", threads=1)
+    target, vocabulary = load_gguf_for_decoding(lean_files[0], runtime, max_length=64)
+    kind, spec = get_kind(kind_name), example_spec(get_kind(kind_name))
+    if kind.model == "own" and not kind.gguf_cut:
+        with pytest.raises(DraftSpecError, match=f"'{kind_name}'"):
+            make_draft("d", spec, target, vocabulary, lean_files[1], runtime)
+        return
+    g = torch.Generator().manual_seed(5)
+    prompts = [torch.randint(3, 64, (int(n),), generator=g).tolist() for n in (3, 7, 11)]
+    prompts += [p[:3] * 3 for p in prompts]  # repetitive: lookup-style kinds find matches
+    drafted = 0
+    for prompt in prompts:
+        ids = torch.tensor([prompt])
+        baseline = generate_baseline(target, ids, MAX_NEW).tokens
+        for k in (1, 3):
+            draft = make_draft("d", spec, target, vocabulary, lean_files[1], runtime)
+            result = generate_speculative(target, draft, ids, k, MAX_NEW)
+            assert result.tokens == baseline, (kind_name, k, prompt)
+            drafted += result.drafted
+    assert drafted > 0  # the kind did propose
+
+
 # --- q is the law the tokens were drawn from -----------------------------------------------------------------------
 Q_SAMPLING = SamplingConfig(0.9, top_k=4)
 Q_DRAWS = 1500
