@@ -377,6 +377,6 @@ def build_tiny_gguf_study(root: Path, k: list[int] | None = None) -> dict:
     config["reproduce"] = {"drafts": ["tiny-draft0"], "domains": ["code"], "k": [config["decoding"]["k"][0]],
                            "repeats": 1, "prompts_per_domain": 1}
     for stage in ("distribution_check", "profiling", "peers", "distillation"):
-        config[stage] = None
+        config.pop(stage)  # left out, not null: the schema's defaults inside them do not take a null
     (root / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
     return config

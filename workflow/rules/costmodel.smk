@@ -5,6 +5,7 @@
 
 rule time_linear_backends:
     input:
+        unpack(fp32_only("time_linear_backends (the fp32/bf16 kernel tables)")),
         model_dir("{profiled}"),
     output:
         kernel_table("{profiled}"),
@@ -45,6 +46,7 @@ FIT_MODELS = profiled_models(config["drafts"])
 
 rule profile_fit_models:
     input:
+        unpack(fp32_only("profile_fit_models (the cost model's per-layer profiles)")),
         models=[model_dir(name) for name in FIT_MODELS],
         kernels=[kernel_table(name, RUNTIME["dtype"]) for name in FIT_MODELS]
         if RUNTIME["linear_kernel"] in TIMED_KERNELS else [],
@@ -71,6 +73,7 @@ rule profile_fit_models:
 
 rule profile_model:
     input:
+        unpack(fp32_only("profile_model (the cost model's per-layer profiles)")),
         unpack(profiled_kernel_input),
         models=model_dir("{profiled}"),
     output:
@@ -201,6 +204,7 @@ rule machine:
 # backend this machine has and for the per-machine choice (docs/performance.md).
 rule roofline_kernels:
     input:
+        unpack(fp32_only("roofline_kernels (the fp32 linear backends against the bandwidth floor)")),
         target=model_dir(config["target"]),
         bandwidth=f"{MACHINE_DIR}/bandwidth.json",
         kernels=kernel_table(config["target"]),

@@ -6,7 +6,7 @@ rule decode:
     input:
         unpack(draft_model_input),
         unpack(kernel_inputs),
-        target=model_dir(config["target"]),
+        target=target_input(),  # a model directory, or with runtime.weights gguf the target's GGUF file
         prompts=f"{R}/prompts/{{domain}}.parquet",
     output:
         steps=f"{R}/runs/{{setting}}/{{draft}}/{{domain}}/k{{k}}/seed{{seed}}/steps.parquet",

@@ -5,6 +5,7 @@
 
 rule make_training_prompts:
     input:
+        unpack(fp32_only("make_training_prompts (distillation)")),
         unpack(lambda wc: prompt_source_files(TRAINING_DOMAINS)),
         evaluation=expand(f"{R}/prompts/{{domain}}.parquet", domain=list(config["domains"])),
         tokenizer=model_dir(config["target"]),
@@ -27,6 +28,7 @@ rule make_training_prompts:
 
 rule distill_data:
     input:
+        unpack(fp32_only("distill_data (distillation's teacher)")),
         unpack(kernel_inputs),
         target=model_dir(config["target"]),
         prompts=f"{R}/prompts/train.parquet",

@@ -21,6 +21,21 @@ rule prepare_model:
         "../scripts/prepare_model.py"
 
 
+# The gguf regime's tokenizer: read once from the GGUF file and saved as a tokenizer directory (the prompts stage
+# reads it; decode jobs compare the files' vocabularies from their headers and need no tokenizer).
+rule gguf_tokenizer:
+    input:
+        gguf_file("{model}"),
+    output:
+        directory(gguf_tokenizer_dir("{model}")),
+    conda:
+        SPECDEC_ENV
+    log:
+        "logs/gguf/{model}.tokenizer.log",
+    script:
+        "../scripts/gguf_tokenizer.py"
+
+
 rule derive_truncated_draft:
     input:
         lambda wc: model_dir(draft_spec(wc.derived)["model"]),

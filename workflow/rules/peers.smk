@@ -4,6 +4,7 @@
 
 rule peers_run:
     input:
+        unpack(fp32_only("peers_run (Hugging Face's generate on the same weights)")),
         unpack(draft_model_input),
         unpack(kernel_inputs),
         target=model_dir(config["target"]),

@@ -19,6 +19,7 @@ rule verify_greedy:
 
 rule verify_distribution:
     input:
+        unpack(fp32_only("verify_distribution (the distribution check's prefix memo)")),
         unpack(draft_model_input),
         unpack(kernel_inputs),
         target=model_dir(config["target"]),

@@ -1,10 +1,13 @@
-"""Snakemake script: results/provenance.yaml — config, package versions, machine, date, models, job wall times."""
+"""Snakemake script: results/provenance.yaml — config, package versions, machine, date, models (prepared directories,
+or the GGUF files the gguf regime runs), job wall times."""
 
 from specdec.study.interrupt import stops_politely  # first: Ctrl-C during the imports below is polite too
 
 # isort: split
 
+import collections
 import datetime
+import hashlib
 import json
 import logging
 import os
@@ -50,15 +53,36 @@ def chosen_backends(kernel_tables) -> dict:
     return {Path(path).stem: backend_spans(read_backend_tables(path)) for path in kernel_tables}
 
 
+def model_record(path) -> dict:
+    """A prepared model directory's manifest (the keys that identify it), or a GGUF file's identity and types (the
+    gguf regime runs the file itself: its sha256, its layers and the tensor types the quantized kernel ran)."""
+    path = Path(path)
+    if path.suffix != ".gguf":
+        return {k: v for k, v in json.loads((path / "manifest.json").read_text()).items()
+                if k in ("source", "num_hidden_layers", "hidden_size", "vocab_size", "parameter_count", "gguf_sha256",
+                         "safetensors_sha256")}
+    from specdec.gguf_loading import read_header
+    from specdec.lean import product_kernel
+
+    header = read_header(path, string_arrays=())
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 24), b""):
+            digest.update(block)
+    arch = header.architecture
+    return {"source": "gguf", "gguf_bytes": path.stat().st_size, "gguf_sha256": digest.hexdigest(),
+            "architecture": arch, "num_hidden_layers": header.metadata.get(f"{arch}.block_count"),
+            "hidden_size": header.metadata.get(f"{arch}.embedding_length"),
+            "tensor_types": dict(sorted(collections.Counter(t for t, _ in header.tensors.values()).items())),
+            "product_kernel": product_kernel()}
+
+
 def provenance(config, model_dirs, benchmark_files, threads: int, kernel_tables=()) -> dict:
     return {
         "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "machine": machine_record(threads),
         "packages": versions(),
-        "models": {Path(d).name: {k: v for k, v in json.loads((Path(d) / "manifest.json").read_text()).items()
-                                  if k in ("source", "num_hidden_layers", "hidden_size", "vocab_size",
-                                           "parameter_count", "gguf_sha256", "safetensors_sha256")}
-                   for d in model_dirs},
+        "models": {Path(d).name.removesuffix(".gguf"): model_record(d) for d in model_dirs},
         "wall_time": job_times(benchmark_files),
         # the native kernels' build (hash of their sources and compile flags) the tables were timed on and ran
         "kernel_build": kernel_build(),
