@@ -137,7 +137,7 @@ def _load_gguf(path: str, role: str, max_length: int, header):
 
     start = time.perf_counter()
     session, _ = load_gguf_for_decoding(path, Runtime(weights="gguf"), max_length=max_length)
-    types = sorted({qtype for qtype, shape in header.tensors.values() if len(shape) == 2})
+    types = sorted({t.qtype for t in header.tensors.values() if len(t.shape) == 2})
     _status(f"loaded {role} {path} (GGUF: {', '.join(types)}; {session.config.layers} layer(s), "
             f"{session.step_bytes() / 2**20:.0f} MiB read per step) in {time.perf_counter() - start:.1f} s")
     return session

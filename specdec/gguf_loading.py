@@ -18,136 +18,22 @@ naming the draft.
 
 from __future__ import annotations
 
-import mmap
 import os
-import struct
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Callable, Mapping
 
 import torch
 
 from .errors import DraftSpecError
+# the header alone (gguf_header; re-exported: imported from here by the CLI, the workflow and the tests)
+from .gguf_header import (GGUF_VERSIONS, VOCABULARY_KEY, GGUFFileError, GGUFHeader, TensorInfo,  # noqa: F401
+                          read_header)
 from .gguf_model import ARCHITECTURE, GGUFModelError, read_gguf
 from .lean import LeanLM
 from .loading import Runtime, check_same_vocabulary
 from .quant import SUPPORTED_TYPES, UnsupportedTensorType
 
 GGUF_SUFFIX = ".gguf"
-VOCABULARY_KEY = "tokenizer.ggml.tokens"
-GGUF_VERSIONS = (2, 3)  # v1 counted in 32 bits; llama.cpp has written v3 since 2023
-
-
-class GGUFFileError(ValueError):
-    """A path that is not a readable GGUF file (wrong magic bytes, an unknown version, a truncated header)."""
-
-
-# --- the header alone -------------------------------------------------------------------------------------------------
-# GGUF metadata value types: fixed-size ones by struct format; 8 is a string, 9 an array
-_SCALARS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q", 12: "<d"}
-
-
-@dataclass(frozen=True)
-class GGUFHeader:
-    """A GGUF file's metadata and tensor table, read without its tensor data.
-
-    metadata: every key; string arrays are lists only for the keys asked for (the vocabulary), else their length
-    (walking them is all the cost of a header); tensors: name -> (ggml type name, shape in torch order)."""
-
-    path: str
-    version: int
-    metadata: dict[str, Any]
-    tensors: dict[str, tuple[str, tuple[int, ...]]]
-    kv_end: int = field(repr=False, default=0)  # where the metadata ends and the tensor table starts
-    table_end: int = field(repr=False, default=0)  # where the tensor table ends
-    data_start: int = field(repr=False, default=0)  # the aligned start of the tensor data
-
-    @property
-    def architecture(self) -> str | None:
-        return self.metadata.get("general.architecture")
-
-
-def _type_name(type_id: int) -> str:
-    from gguf import GGMLQuantizationType
-
-    try:
-        return GGMLQuantizationType(type_id).name
-    except ValueError:
-        return f"ggml type {type_id}"
-
-
-def read_header(path: str | os.PathLike, string_arrays: tuple[str, ...] = (VOCABULARY_KEY,)) -> GGUFHeader:
-    """Parse a GGUF file's header: FileNotFoundError for a missing file, GGUFFileError for one that is not GGUF."""
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"no GGUF file at {path}")
-    with open(path, "rb") as f:
-        magic = f.read(4)
-        if magic != b"GGUF":
-            raise GGUFFileError(f"{path} is not a GGUF file (it starts with {magic!r}, not b'GGUF')")
-        with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as blob:
-            try:
-                return _parse(path, blob, set(string_arrays))
-            except (struct.error, UnicodeDecodeError, IndexError) as e:
-                raise GGUFFileError(f"{path}: the GGUF header is truncated or corrupt ({e})") from e
-
-
-def _parse(path: Path, blob, string_arrays: set[str]) -> GGUFHeader:
-    version, n_tensors, n_kv = struct.unpack_from("<IQQ", blob, 4)
-    if version not in GGUF_VERSIONS:
-        raise GGUFFileError(f"{path} is GGUF version {version}; this reader handles versions "
-                            f"{', '.join(map(str, GGUF_VERSIONS))} (little-endian)")
-    pos = 24
-
-    def string(at):
-        (length,) = struct.unpack_from("<Q", blob, at)
-        at += 8
-        if at + length > len(blob):
-            raise IndexError("a string runs past the end of the file")
-        return blob[at:at + length].decode("utf-8"), at + length
-
-    def value(at, kind, keep):
-        if kind in _SCALARS:
-            fmt = _SCALARS[kind]
-            return struct.unpack_from(fmt, blob, at)[0], at + struct.calcsize(fmt)
-        if kind == 8:
-            return string(at)
-        if kind != 9:
-            raise IndexError(f"unknown metadata value type {kind}")
-        item, count = struct.unpack_from("<IQ", blob, at)
-        at += 12
-        if item in _SCALARS:
-            fmt = _SCALARS[item]
-            return list(struct.unpack_from(f"<{count}{fmt[1]}", blob, at)), at + count * struct.calcsize(fmt)
-        if item != 8:
-            raise IndexError(f"metadata arrays of type {item} are not read")
-        if keep:
-            items = []
-            for _ in range(count):
-                text, at = string(at)
-                items.append(text)
-            return items, at
-        for _ in range(count):  # skipped: only its length is kept
-            at += 8 + struct.unpack_from("<Q", blob, at)[0]
-        return count, at
-
-    metadata = {}
-    for _ in range(n_kv):
-        key, pos = string(pos)
-        (kind,) = struct.unpack_from("<I", blob, pos)
-        metadata[key], pos = value(pos + 4, kind, key in string_arrays)
-    kv_end = pos
-    tensors = {}
-    for _ in range(n_tensors):
-        name, pos = string(pos)
-        (n_dims,) = struct.unpack_from("<I", blob, pos)
-        dims = struct.unpack_from(f"<{n_dims}Q", blob, pos + 4)
-        type_id, _offset = struct.unpack_from("<IQ", blob, pos + 4 + 8 * n_dims)
-        pos += 4 + 8 * n_dims + 12
-        tensors[name] = (_type_name(type_id), tuple(int(d) for d in reversed(dims)))  # ggml lists innermost first
-    alignment = int(metadata.get("general.alignment", 32))
-    return GGUFHeader(str(path), version, metadata, tensors, kv_end=kv_end, table_end=pos,
-                      data_start=(pos + alignment - 1) // alignment * alignment)
 
 
 def _listing(items: list[str]) -> str:
@@ -161,7 +47,7 @@ def check_gguf(path: str | os.PathLike) -> GGUFHeader:
     if header.architecture != ARCHITECTURE:
         raise GGUFModelError(f"{path}: architecture {header.architecture!r}; the lean engine runs {ARCHITECTURE} "
                              "models only")
-    unsupported = [f"{name} ({qtype})" for name, (qtype, _) in header.tensors.items() if qtype not in SUPPORTED_TYPES]
+    unsupported = [f"{name} ({t.qtype})" for name, t in header.tensors.items() if t.qtype not in SUPPORTED_TYPES]
     if unsupported:
         raise UnsupportedTensorType(f"{path}: {len(unsupported)} tensors of types the quantized engine does not run "
                                     f"({', '.join(SUPPORTED_TYPES)}): {_listing(unsupported)}")

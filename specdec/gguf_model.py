@@ -3,7 +3,11 @@
 Every matrix stays in its file's block format (`quant.QuantMatrix`, a copy of the bytes in memory: no fp32 matrix is
 ever made); norms and biases become fp32 vectors. A file the quantized engine cannot run is refused before any
 bytes are copied, naming what is wrong: an architecture other than qwen2, a tensor type outside
-`quant.SUPPORTED_TYPES`, a missing or unexpected tensor, a shape that disagrees with the metadata.
+`quant.SUPPORTED_TYPES`, a missing or unexpected tensor, a shape that disagrees with the metadata, tensor data cut
+short (a truncated file).
+
+Reading: the header alone (`gguf_header.read_header`: metadata and tensor table; the vocabulary's strings are only
+counted, never built), then each tensor's bytes copied out of a memory map of the file at the offset the table gives.
 
 Layout: the products a layer runs on one input (q, k, v on the attention norm's output; gate and up on the MLP
 norm's) are stored adjacent in one buffer where they share a type, so the forward runs them as one product call
@@ -16,10 +20,12 @@ import itertools
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Mapping
 
 import numpy as np
 import torch
 
+from .gguf_header import GGUFFileError, TensorInfo, read_header
 from .quant import BLOCKS, SUPPORTED_TYPES, QuantMatrix, UnsupportedTensorType
 
 ARCHITECTURE = "qwen2"
@@ -92,16 +98,15 @@ class GGUFModel:
 class _Metadata:
     """A GGUF file's key-value metadata; a missing required key is an error naming the key and the file."""
 
-    def __init__(self, reader, path):
-        self.fields, self.path = reader.fields, path
+    def __init__(self, metadata: Mapping[str, Any], path):
+        self.metadata, self.path = metadata, path  # read_header's: values as the gguf package's field.contents()
 
     def get(self, key: str, default=None, *, required: bool = True):
-        field = self.fields.get(key)
-        if field is None:
+        if key not in self.metadata:
             if required:
                 raise GGUFModelError(f"{self.path}: metadata key {key!r} is missing")
             return default
-        return field.contents()
+        return self.metadata[key]
 
 
 def _config(meta: _Metadata, vocab_size: int) -> GGUFConfig:
@@ -162,9 +167,8 @@ def _listing(items) -> str:
     return ", ".join(items[:12]) + (f" and {len(items) - 12} more" if len(items) > 12 else "")
 
 
-def _check_tensors(path, tensors: dict, config: GGUFConfig, tied: bool) -> None:
-    unsupported = [f"{name} ({t.tensor_type.name})" for name, t in tensors.items()
-                   if t.tensor_type.name not in SUPPORTED_TYPES]
+def _check_tensors(path, tensors: dict[str, TensorInfo], config: GGUFConfig, tied: bool) -> None:
+    unsupported = [f"{name} ({t.qtype})" for name, t in tensors.items() if t.qtype not in SUPPORTED_TYPES]
     if unsupported:
         raise UnsupportedTensorType(f"{path}: {len(unsupported)} tensors of types the quantized engine does not run "
                                     f"({', '.join(SUPPORTED_TYPES)}): {_listing(unsupported)}")
@@ -178,36 +182,54 @@ def _check_tensors(path, tensors: dict, config: GGUFConfig, tied: bool) -> None:
     wrong = []
     for name, shape in expected.items():
         t = tensors[name]
-        got = tuple(int(s) for s in reversed(t.shape))  # ggml lists dimensions innermost first
-        if got != shape:
-            wrong.append(f"{name} is {got}, metadata says {shape}")
-        elif len(shape) == 1 and t.tensor_type.name not in VECTOR_TYPES:
-            wrong.append(f"{name} is {t.tensor_type.name}; norms and biases must be {' or '.join(VECTOR_TYPES)}")
-        elif len(shape) == 2 and shape[1] % BLOCKS[t.tensor_type.name][0]:
-            wrong.append(f"{name}: {shape[1]} values per row is not a whole number of {t.tensor_type.name} blocks")
+        if t.shape != shape:  # the header's shapes are in torch order (outermost first)
+            wrong.append(f"{name} is {t.shape}, metadata says {shape}")
+        elif len(shape) == 1 and t.qtype not in VECTOR_TYPES:
+            wrong.append(f"{name} is {t.qtype}; norms and biases must be {' or '.join(VECTOR_TYPES)}")
+        elif len(shape) == 2 and shape[1] % BLOCKS[t.qtype][0]:
+            wrong.append(f"{name}: {shape[1]} values per row is not a whole number of {t.qtype} blocks")
     if wrong:
         raise GGUFModelError(f"{path}: tensors that disagree with the metadata: {'; '.join(wrong)}")
 
 
+def _check_extents(path, tensors: dict[str, TensorInfo], file_size: int) -> None:
+    """Every tensor's bytes inside the file: a truncated file is refused naming the tensors it cuts, before any copy
+    (a memory map read past the file's end would fail in the middle, or read short)."""
+    cut = [f"{name} (bytes {t.offset}..{t.end})" for name, t in tensors.items() if t.end > file_size]
+    if cut:
+        raise GGUFFileError(f"{path} is truncated ({file_size} bytes): the data of {len(cut)} tensors runs past its "
+                            f"end: {_listing(cut)}")
+
+
 # --- copying the bytes -----------------------------------------------------------------------------------------------
-def _raw_rows(t) -> np.ndarray:
+@dataclass(frozen=True)
+class _Tensor:
+    """A checked tensor: its type, its shape (torch order) and its bytes (a uint8 view of the file's memory map)."""
+
+    qtype: str
+    shape: tuple[int, ...]
+    data: np.ndarray
+
+
+def _raw_rows(t: _Tensor) -> np.ndarray:
     """A tensor's bytes as (rows, row_bytes) uint8 (a view of the file's memory map)."""
-    data = np.asarray(t.data)
-    rows = int(t.shape[1]) if len(t.shape) > 1 else 1
-    return data.view(np.uint8).reshape(rows, -1)
+    rows = t.shape[0] if len(t.shape) > 1 else 1
+    return t.data.reshape(rows, -1)
 
 
-def _vector(t) -> torch.Tensor:
-    return torch.from_numpy(np.array(t.data, dtype=np.float32).reshape(-1))
+def _vector(t: _Tensor) -> torch.Tensor:
+    """An F32 or F16 vector as fp32 (a copy: nothing returned refers to the memory map)."""
+    return torch.from_numpy(np.array(t.data.view(np.float32 if t.qtype == "F32" else np.float16),
+                                     dtype=np.float32).reshape(-1))
 
 
 def _matrices(tensors: dict, names: list[str]) -> tuple[list[QuantMatrix], list[tuple[QuantMatrix, slice]]]:
     """The named matrices (one input width), in this order; returns a matrix per tensor and the product calls: each run
     of adjacent tensors of one type is copied into one buffer and multiplied as one matrix (the per-tensor matrices
     are views of it), with the range of the concatenated outputs it covers."""
-    in_features = int(tensors[names[0]].shape[0])
+    in_features = tensors[names[0]].shape[-1]
     views, products, offset = [], [], 0
-    for qtype, run in itertools.groupby(names, key=lambda name: tensors[name].tensor_type.name):
+    for qtype, run in itertools.groupby(names, key=lambda name: tensors[name].qtype):
         run = list(run)
         raws = [_raw_rows(tensors[name]) for name in run]
         buffer = torch.empty(sum(raw.shape[0] for raw in raws), raws[0].shape[1], dtype=torch.uint8)
@@ -239,24 +261,25 @@ def _layer(tensors: dict, i: int) -> LayerWeights:
 
 
 def read_gguf(path: str | os.PathLike) -> GGUFModel:
-    """Read a Qwen2 GGUF file: checks first (architecture, metadata, tensor types, names, shapes), then the bytes."""
-    from gguf import GGUFReader
-
+    """Read a Qwen2 GGUF file: checks first (architecture, metadata, tensor types, names, shapes, the data inside the
+    file), then the bytes. FileNotFoundError for a missing file; GGUFFileError for one that is not GGUF or is cut
+    short; GGUFModelError and quant.UnsupportedTensorType for a GGUF file the engine cannot run."""
     path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"no GGUF file at {path}")
-    reader = GGUFReader(path)
-    meta = _Metadata(reader, path)
+    header = read_header(path, string_arrays=())  # no string array is read: the vocabulary is counted, not built
+    meta = _Metadata(header.metadata, path)
     architecture = meta.get("general.architecture")
     if architecture != ARCHITECTURE:
         raise GGUFModelError(f"{path}: architecture {architecture!r}; the lean engine runs {ARCHITECTURE} models only")
-    tensors = {t.name: t for t in reader.tensors}
-    if "token_embd.weight" not in tensors:
+    table = header.tensors
+    if "token_embd.weight" not in table:
         raise GGUFModelError(f"{path}: missing tensors: token_embd.weight")
-    config = _config(meta, vocab_size=int(tensors["token_embd.weight"].shape[1]))
-    tied = "output.weight" not in tensors  # llama.cpp's convention for a model whose head is its embedding
-    _check_tensors(path, tensors, config, tied)
+    config = _config(meta, vocab_size=table["token_embd.weight"].shape[0])
+    tied = "output.weight" not in table  # llama.cpp's convention for a model whose head is its embedding
+    _check_tensors(path, table, config, tied)
+    _check_extents(path, table, header.file_size)
 
+    blob = np.memmap(path, dtype=np.uint8, mode="r")  # read-only; every tensor below is copied out of it
+    tensors = {name: _Tensor(t.qtype, t.shape, blob[t.offset:t.end]) for name, t in table.items()}
     embedding = _matrices(tensors, ["token_embd.weight"])[0][0]
     return GGUFModel(
         config=config, embedding=embedding, layers=[_layer(tensors, i) for i in range(config.layers)],

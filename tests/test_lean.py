@@ -139,6 +139,74 @@ def test_missing_metadata_is_named(tmp_path):
         read_gguf(path)
 
 
+def test_the_header_and_memory_map_read_what_the_gguf_package_reads_bit_for_bit(tmp_path):
+    """read_gguf parses the header itself and copies each tensor from its offset: on a file holding every type the
+    engine runs, every tensor's bytes (matrices raw, vectors as fp32) and the configuration equal those the gguf
+    package's reader gives, and so does the header's table (offsets, byte sizes)."""
+    from gguf import GGUFReader
+
+    from specdec import gguf_model
+    from specdec.gguf_header import read_header
+
+    types = {"token_embd": "Q8_0", "attn_q": "Q4_K", "attn_k": "Q5_0", "attn_v": "F16", "attn_output": "F32",
+             "ffn_gate": "Q6_K", "ffn_up": "Q4_K", "ffn_down": "Q5_0", "output": "F16", "blk.1.attn_v": "Q8_0"}
+    path = tiny_gguf(tmp_path / "every-type.gguf", types=types)
+    model, reader = read_gguf(path), GGUFReader(path)
+    tensors = {t.name: t for t in reader.tensors}
+    assert {t.tensor_type.name for t in reader.tensors} == set(quant.SUPPORTED_TYPES)
+
+    header = read_header(path, string_arrays=())
+    assert list(header.tensors) == list(tensors)
+    for name, t in header.tensors.items():
+        assert (t.offset, t.nbytes, t.end) == (tensors[name].data_offset, tensors[name].n_bytes,
+                                               tensors[name].data_offset + tensors[name].n_bytes), name
+
+    metadata = {key: field.contents() for key, field in reader.fields.items()}
+    expected = gguf_model._config(gguf_model._Metadata(metadata, path),
+                                  vocab_size=int(tensors["token_embd.weight"].shape[1]))
+    assert model.config == expected
+    assert all(type(getattr(model.config, k)) is type(getattr(expected, k)) for k in expected.__dataclass_fields__)
+    assert all(type(e) is int for e in model.config.eos_token_ids)
+
+    seen = {}
+    for matrix in [model.embedding, model.output] + [getattr(w, m) for w in model.layers
+                                                     for m in ("q", "k", "v", "o", "gate", "up", "down")]:
+        seen[matrix.name] = matrix.raw.numpy().tobytes()
+        assert matrix.qtype == tensors[matrix.name].tensor_type.name, matrix.name
+    vectors = {"output_norm.weight": model.output_norm}
+    for i, w in enumerate(model.layers):
+        vectors.update({f"blk.{i}.attn_norm.weight": w.attn_norm, f"blk.{i}.ffn_norm.weight": w.ffn_norm,
+                        f"blk.{i}.attn_q.bias": w.q_bias, f"blk.{i}.attn_k.bias": w.k_bias,
+                        f"blk.{i}.attn_v.bias": w.v_bias})
+    seen.update({name: v.numpy().tobytes() for name, v in vectors.items()})
+    assert set(seen) == set(tensors)  # every tensor of the file
+    for name, t in tensors.items():
+        data = np.asarray(t.data)
+        want = (np.array(data, dtype=np.float32) if name in vectors else data.view(np.uint8)).tobytes()
+        assert seen[name] == want, name
+
+
+def test_a_file_whose_tensor_data_is_cut_short_is_refused_naming_the_tensors(tmp_path, monkeypatch):
+    from specdec import gguf_model
+    from specdec.gguf_header import GGUFFileError, read_header
+
+    path = tiny_gguf(tmp_path / "whole.gguf")
+    table, raw = read_header(path, string_arrays=()).tensors, path.read_bytes()
+    monkeypatch.setattr(gguf_model, "_matrices", lambda *a: pytest.fail("bytes copied before the checks"))
+    cut = tmp_path / "cut.gguf"
+    last = list(table)[-1]
+    cut.write_bytes(raw[:table[last].end - 1])  # one byte short of the last tensor
+    with pytest.raises(GGUFFileError, match=rf"cut\.gguf is truncated \(\d+ bytes\): the data of 1 tensors runs past "
+                                            rf"its end: {last.replace('.', '[.]')} \(bytes \d+\.\.\d+\)$"):
+        read_gguf(cut)
+    down = table["blk.1.ffn_down.weight"]
+    cut.write_bytes(raw[:down.offset + 10])  # inside a matrix: it and every tensor after it
+    after = list(table)[list(table).index("blk.1.ffn_down.weight"):]
+    with pytest.raises(GGUFFileError, match=rf"the data of {len(after)} tensors runs past its end: "
+                                            rf"blk\.1\.ffn_down\.weight \(bytes {down.offset}\.\.{down.end}\)"):
+        read_gguf(cut)
+
+
 # --- the same model as Hugging Face's ------------------------------------------------------------------------------
 @pytest.mark.parametrize("name", ["target", "draft", "floats", "tied"])
 def test_the_lean_forward_computes_hugging_faces_qwen2_on_the_dequantised_weights(models, name, monkeypatch):

@@ -73,7 +73,7 @@ def model_record(path) -> dict:
     return {"source": "gguf", "gguf_bytes": path.stat().st_size, "gguf_sha256": digest.hexdigest(),
             "architecture": arch, "num_hidden_layers": header.metadata.get(f"{arch}.block_count"),
             "hidden_size": header.metadata.get(f"{arch}.embedding_length"),
-            "tensor_types": dict(sorted(collections.Counter(t for t, _ in header.tensors.values()).items())),
+            "tensor_types": dict(sorted(collections.Counter(t.qtype for t in header.tensors.values()).items())),
             "product_kernel": product_kernel()}
 
 
