@@ -252,7 +252,7 @@ def build_tiny_study(root: Path, k: list[int] | None = None, drafts: int = 1) ->
         "prompts": {"per_domain": 2, "seed": 0, "max_prompt_tokens": 256, "use_chat_template": True},
         "decoding": {"k": k or [1, 3], "max_new_tokens": 8, "repeats": 2, "greedy": True,
                      "sampled": {"temperature": 0.8, "top_p": 0.9, "top_k": None, "seeds": [0], "k": [3]}},
-        "runtime": {"dtype": "float32", "device": "cpu", "linear_kernel": "auto", "threads": 1},
+        "runtime": {"dtype": "float32", "device": "cpu", "linear_kernel": "invariant", "threads": 1},
         "distribution_check": {"temperature": 1.0, "top_k": 4, "tokens": 3, "samples": 1000, "k": [3],
                                "prompts_per_domain": 1, "seed": 0, "alpha": 0.01},
         "distillation": {"prompts_per_domain": 1, "seed": 1, "new_tokens": 6, "top_k": 8,

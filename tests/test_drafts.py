@@ -370,6 +370,7 @@ def _report(name, fit, blocks):
           f"{sum(a for _, a in blocks) / max(drafted, 1):.3f}")
 
 
+@pytest.mark.slow  # the fast tier has prompt lookup's chi-square test with a wrong rule in tests/test_registry.py
 def test_prompt_lookup_distribution_matches_target():
     fit, blocks = _end_to_end(lambda: PromptLookupDraft(E2E_VOCAB))
     _report("prompt lookup", fit, blocks)
@@ -379,6 +380,7 @@ def test_prompt_lookup_distribution_matches_target():
     assert any(d == 0 for d, _ in blocks) and any(0 < a for _, a in blocks) and any(a < d for d, a in blocks)
 
 
+@pytest.mark.slow  # the adaptive stop's exact law is checked in the fast tier (tests/test_distribution.py, hybrid-adaptive)
 def test_adaptive_model_draft_distribution_matches_target():
     fit, blocks = _end_to_end(lambda: ModelDraft(_memo_model(4), min_confidence=0.3))
     _report("adaptive ModelDraft", fit, blocks)

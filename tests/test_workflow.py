@@ -123,7 +123,7 @@ def test_whole_dag_produces_the_tables_plots_and_provenance(tiny_study):
     assert {"date", "machine", "packages", "models", "wall_time", "config"} <= set(provenance)
     assert provenance["wall_time"]["decode_jobs"] == 2 * len(config["drafts"])
     assert set(provenance["models"]) == {"tiny-target", "tiny-draft0", "trunc1", "dist1"}
-    # runtime.linear_kernel auto: the backend chosen per model, weight shape and span of row counts
+    # the kernel tables every job read (invariant: timed for the record and a bf16 prompt pass), per model
     assert set(provenance["linear_backends"]) == set(provenance["models"])
     assert all(set(spans.values()) <= {"linear", "weight_major", "avx2"}
                for shapes in provenance["linear_backends"].values() for spans in shapes.values())
@@ -144,7 +144,8 @@ def test_whole_dag_produces_the_tables_plots_and_provenance(tiny_study):
                                             "verify_cost_ratio", "predicted_speedup", "measured_speedup", "rel_error"]
     assert set(costmodel["draft"]) == set(config["drafts"])  # every kind gets a prediction
     assert (costmodel["predicted_speedup"] > 0).all() and costmodel["rel_error"].notna().all()
-    profile, = root.glob("results/machines/*/auto/profiles/tiny-wide.csv")  # kept per machine
+    kernel = config["runtime"]["linear_kernel"]
+    profile, = root.glob(f"results/machines/*/{kernel}/profiles/tiny-wide.csv")  # kept per machine and kernel
     assert set(pd.read_csv(profile)["m"]) == {1, 2, 3}  # up to max k + 1
     assert "verdict:" in (root / "results/tables/costmodel_verdict.md").read_text()
     for plot in ["layer_time_vs_width.png", "predicted_vs_measured.png"]:
@@ -415,7 +416,7 @@ def test_adding_a_draft_kind_schedules_exactly_its_jobs(tiny_study, tmp_path):
 
 @ON_TINY_STUDY
 def test_a_second_machine_adds_its_own_profiles_and_fit_and_overwrites_nothing(tiny_study):
-    root, _ = tiny_study
+    root, config = tiny_study
     first = [p for p in (root / "results/machines").iterdir()]
     assert len(first) == 1  # the machine the tiny study ran on
     result = snakemake(root, "--dry-run", "--cores", "1", "--", "machine",
@@ -432,7 +433,8 @@ def test_a_second_machine_adds_its_own_profiles_and_fit_and_overwrites_nothing(t
     assert machine_outputs and all(o.startswith("results/machines/second-fake-machine/") for o in machine_outputs)
     # the fit of every machine feeds the one verdict: the first machine's is an input of the machines table
     machines_job = _job_blocks(result.stdout, "machines")[0]
-    assert f"{first[0].relative_to(root)}/auto/costmodel_terms.csv" in machines_job
+    kernel = config["runtime"]["linear_kernel"]
+    assert f"{first[0].relative_to(root)}/{kernel}/costmodel_terms.csv" in machines_job
 
     # Run it: the second machine's profiles and fit appear, the first machine's files stay byte for byte.
     before = {p: hashlib.sha256(p.read_bytes()).hexdigest() for p in first[0].rglob("*") if p.is_file()}
@@ -445,7 +447,7 @@ def test_a_second_machine_adds_its_own_profiles_and_fit_and_overwrites_nothing(t
     table = pd.read_csv(root / "results/tables/machines.csv")
     assert {first[0].name, "second-fake-machine"} <= set(table["machine"])
     assert (table[table["source"] == "fit"].groupby("machine").size() == 1).all()  # one fitted row per machine
-    drafts = pd.read_csv(root / "results/machines/second-fake-machine/auto/fitted_drafts_c.csv").set_index("draft")
+    drafts = pd.read_csv(root / f"results/machines/second-fake-machine/{kernel}/fitted_drafts_c.csv").set_index("draft")
     assert drafts.loc["tiny-draft0", "c_measured_by"] == "profile" and drafts.loc["early1", "draft_layers"] == 1
 
 
