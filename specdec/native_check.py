@@ -32,7 +32,8 @@ def main() -> int:
         return 1
     stale = kernels.stale_native_modules()
     if stale:
-        print(f"specdec native kernels: {stale} built from other sources; reinstall (pip install -e .)", file=sys.stderr)
+        print(f"specdec native kernels: {stale} built from other sources; reinstall (pip install -e .)",
+              file=sys.stderr)
         return 1
     print(f"specdec native kernels: built ({kernels.kernel_build()})")
     return 0

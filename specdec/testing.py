@@ -380,3 +380,39 @@ def build_tiny_gguf_study(root: Path, k: list[int] | None = None) -> dict:
         config.pop(stage)  # left out, not null: the schema's defaults inside them do not take a null
     (root / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
     return config
+
+
+# --- batch invariance: a position's logits in one-token steps and in passes of every size ------------------------
+def step_and_pass_logits(session, tokens: list[int], prompt_length: int, steps: int):
+    """Logits of positions prompt_length .. + steps - 1 from one-token steps after a prompt pass, and from passes
+    over every m of 1..steps at several offsets, as (offset, m, logits). Before a pass, the tokens since the prompt
+    are fed in passes of 3 (as accepted blocks are): their keys and values must be the same bits as the steps'.
+    `session`: anything speaking the session verbs (lm.CachedLM over a model, lean.LeanLM)."""
+    session.reset()
+    session.extend(tokens[:prompt_length], 1)
+    single = torch.stack([session.extend([t], 1)[0] for t in tokens[prompt_length:prompt_length + steps]])
+    passes = []
+    for m in range(1, steps + 1):
+        for offset in range(0, steps - m + 1, max(1, (steps - m) // 3) if steps > m else 1):
+            session.reset()
+            session.extend(tokens[:prompt_length], 1)
+            for start in range(prompt_length, prompt_length + offset, 3):
+                session.extend(tokens[start:min(start + 3, prompt_length + offset)], 1)
+            passes.append((offset, m, session.extend(tokens[prompt_length + offset:prompt_length + offset + m], m)))
+    return single, passes
+
+
+def count_differing_rows(single, passes) -> tuple[int, int]:
+    """(rows whose logits differ in any bit from the one-token step's, rows compared)."""
+    rows = [torch.equal(logits[j], single[offset + j]) for offset, m, logits in passes for j in range(m)]
+    return rows.count(False), len(rows)
+
+
+def at_threads(threads: int, run):
+    """run() on `threads` torch threads (the native kernels' OpenMP path follows torch's count), then restore."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        return run()
+    finally:
+        torch.set_num_threads(before)

@@ -16,7 +16,14 @@ from specdec.drafts import HybridDraft, ModelDraft, PromptLookupDraft
 from specdec.gguf_model import GGUFModelError, read_gguf
 from specdec.lean import ContextLengthError, LeanLM
 from specdec.quant import UnsupportedTensorType
-from specdec.testing import DRAFT_TYPES, hf_reference, tiny_gguf
+from specdec.testing import (
+    DRAFT_TYPES,
+    at_threads,
+    count_differing_rows,
+    hf_reference,
+    step_and_pass_logits,
+    tiny_gguf,
+)
 
 REAL = Path(__file__).resolve().parents[1] / "resources"
 needs_product = pytest.mark.skipif(not quant.available(), reason="specdec._quant (the quantized product) not built")
@@ -349,37 +356,6 @@ def test_a_session_speaks_what_the_loops_and_step_records_need(models, files):
 
 
 # --- batch invariance ----------------------------------------------------------------------------------------------
-def step_and_pass_logits(session, tokens, prompt_length, steps):
-    """As tests/test_native.py: one-token steps after a prompt, and passes over every m of 1..steps at several offsets
-    after the tokens since the prompt were fed in passes of 3 (as accepted blocks are)."""
-    session.reset()
-    session.extend(tokens[:prompt_length], 1)
-    single = torch.stack([session.extend([t], 1)[0] for t in tokens[prompt_length:prompt_length + steps]])
-    passes = []
-    for m in range(1, steps + 1):
-        for offset in range(0, steps - m + 1, max(1, (steps - m) // 3) if steps > m else 1):
-            session.reset()
-            session.extend(tokens[:prompt_length], 1)
-            for start in range(prompt_length, prompt_length + offset, 3):
-                session.extend(tokens[start:min(start + 3, prompt_length + offset)], 1)
-            passes.append((offset, m, session.extend(tokens[prompt_length + offset:prompt_length + offset + m], m)))
-    return single, passes
-
-
-def count_differing_rows(single, passes) -> tuple[int, int]:
-    rows = [torch.equal(logits[j], single[offset + j]) for offset, m, logits in passes for j in range(m)]
-    return rows.count(False), len(rows)
-
-
-def _at_threads(n, fn):
-    before = torch.get_num_threads()
-    torch.set_num_threads(n)
-    try:
-        return fn()
-    finally:
-        torch.set_num_threads(before)
-
-
 @needs_invariant
 @pytest.mark.parametrize("name", ["target", "draft"])
 def test_a_position_gets_the_same_logits_in_a_step_and_in_a_verify_pass_of_any_size(models, name, threads):
@@ -387,7 +363,7 @@ def test_a_position_gets_the_same_logits_in_a_step_and_in_a_verify_pass_of_any_s
     single, passes = step_and_pass_logits(session, TOKENS, prompt_length=20, steps=16)
     differing, rows = count_differing_rows(single, passes)
     assert (differing, rows) == (0, rows) and rows > 400
-    other = _at_threads(3 - threads, lambda: step_and_pass_logits(session, TOKENS, prompt_length=20, steps=4)[0])
+    other = at_threads(3 - threads, lambda: step_and_pass_logits(session, TOKENS, prompt_length=20, steps=4)[0])
     assert torch.equal(other, single[:4])
 
 

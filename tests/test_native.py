@@ -27,7 +27,7 @@ from specdec.kernels import (
     use_invariant_kernels,
 )
 from specdec.lm import CachedLM
-from specdec.testing import tiny_qwen2
+from specdec.testing import at_threads, count_differing_rows, step_and_pass_logits, tiny_qwen2
 
 X86_WITH_COMPILER = platform.machine() in ("x86_64", "AMD64") and bool(shutil.which("cc") or shutil.which("gcc"))
 needs_native = pytest.mark.skipif(not invariant_kernels_available(), reason="native kernels not available here")
@@ -54,7 +54,8 @@ def _weight(out=8, inp=12, dtype=torch.float32):
 
 
 @needs_native
-@pytest.mark.parametrize("product, wrong", [(_avx2, torch.bfloat16), (_avx2, torch.float16), (_avx2_bf16, torch.float32)])
+@pytest.mark.parametrize("product, wrong",
+                         [(_avx2, torch.bfloat16), (_avx2, torch.float16), (_avx2_bf16, torch.float32)])
 def test_a_weight_of_another_dtype_is_refused(product, wrong):
     # the fp32 kernel would read a bf16 buffer as floats: past its end, and garbage
     with pytest.raises(TypeError, match="model.layers.3.mlp.up_proj: the native product reads"):
@@ -82,7 +83,8 @@ def test_a_weight_that_is_not_a_non_empty_matrix_is_refused(shape):
 
 
 @needs_native
-@pytest.mark.parametrize("x", [torch.randn(2, 11), torch.randn(2, 13), torch.randn(12), torch.ones(2, 12, dtype=torch.long)],
+@pytest.mark.parametrize("x", [torch.randn(2, 11), torch.randn(2, 13), torch.randn(12),
+                               torch.ones(2, 12, dtype=torch.long)],
                          ids=["narrow", "wide", "1-d", "integer"])
 def test_an_input_that_does_not_fit_the_weight_is_refused(x):
     # a narrower input would be read past its end, a wider one misaligned
@@ -147,15 +149,6 @@ def test_attention_refuses_mismatched_values_other_devices_and_batches():
 
 
 # --- batch invariance, bit for bit ----------------------------------------------------------------------------------
-def _at_threads(n, fn):
-    before = torch.get_num_threads()
-    torch.set_num_threads(n)
-    try:
-        return fn()
-    finally:
-        torch.set_num_threads(before)
-
-
 @needs_native
 @pytest.mark.parametrize("product, dtype", [(_avx2, torch.float32), (_avx2_bf16, torch.bfloat16)], ids=["f32", "bf16"])
 @pytest.mark.parametrize("in_features", [3, 7, 8, 13, 300])
@@ -166,7 +159,7 @@ def test_a_row_of_the_linear_kernel_is_the_same_bits_whatever_shares_the_call(pr
     alone = torch.cat([product(x[i:i + 1], weight, bias) for i in range(40)])
     for rows in range(1, 41):  # every chunking of the inputs (3 per chunk, 18 per pass over the weights)
         assert torch.equal(product(x[:rows], weight, bias), alone[:rows]), rows
-    assert torch.equal(_at_threads(2, lambda: product(x, weight, bias)), alone)
+    assert torch.equal(at_threads(2, lambda: product(x, weight, bias)), alone)
     if dtype == torch.bfloat16:  # the widening is exact: the same bits as the fp32 kernel on the fp32 copy
         assert torch.equal(_avx2(x, weight.float(), bias), alone)
 
@@ -187,35 +180,12 @@ def test_an_attention_row_is_the_same_bits_whatever_shares_the_call(kv_dtype, he
         first = position - rows + 1
         assert torch.equal(out[:, :1], causal_attention(q[:, :, -rows:][:, :, :1], k[:, :, :first + 1],
                                                         v[:, :, :first + 1], 0.3)), rows
-    assert torch.equal(_at_threads(2, lambda: causal_attention(q, k, v, 0.3)),
-                       _at_threads(1, lambda: causal_attention(q, k, v, 0.3)))
+    assert torch.equal(at_threads(2, lambda: causal_attention(q, k, v, 0.3)),
+                       at_threads(1, lambda: causal_attention(q, k, v, 0.3)))
     expected = nn.functional.scaled_dot_product_attention(
         q, k.float().repeat_interleave(3, 1), v.float().repeat_interleave(3, 1), scale=0.3,
         attn_mask=torch.ones(16, length + 16, dtype=torch.bool).tril(length)).transpose(1, 2)
     torch.testing.assert_close(causal_attention(q, k, v, 0.3), expected, rtol=1e-5, atol=1e-5)
-
-
-def step_and_pass_logits(model, tokens, prompt_length, steps):
-    """Logits of positions prompt_length .. + steps - 1 from one-token steps after a prompt pass, and from passes
-    over every m of 1..steps at several offsets, as (offset, m, logits). Before a pass, the tokens since the prompt
-    are fed in passes of 3 (as accepted blocks are): their keys and values must be the same bits as the steps'."""
-    session = CachedLM(model)
-    session.extend(tokens[:prompt_length], 1)
-    single = torch.stack([session.extend([t], 1)[0] for t in tokens[prompt_length:prompt_length + steps]])
-    passes = []
-    for m in range(1, steps + 1):
-        for offset in range(0, steps - m + 1, max(1, (steps - m) // 3) if steps > m else 1):
-            session.reset()
-            session.extend(tokens[:prompt_length], 1)
-            for start in range(prompt_length, prompt_length + offset, 3):
-                session.extend(tokens[start:min(start + 3, prompt_length + offset)], 1)
-            passes.append((offset, m, session.extend(tokens[prompt_length + offset:prompt_length + offset + m], m)))
-    return single, passes
-
-
-def count_differing_rows(single, passes) -> tuple[int, int]:
-    rows = [(torch.equal(logits[j], single[offset + j])) for offset, m, logits in passes for j in range(m)]
-    return rows.count(False), len(rows)
 
 
 TOKENS = torch.randint(0, 128, (64,), generator=torch.Generator().manual_seed(5)).tolist()
@@ -228,9 +198,10 @@ def test_a_position_gets_the_same_logits_in_a_step_and_in_a_verify_pass_of_any_s
     at several offsets, against one-token steps, bit for bit; and the same bits on 1 and 2 threads."""
     model = tiny_qwen2(vocab_size=128, hidden_size=64, seed=3, dtype=torch.float32).to(dtype)
     use_invariant_kernels(model)
-    single, passes = step_and_pass_logits(model, TOKENS, prompt_length=20, steps=16)
+    single, passes = step_and_pass_logits(CachedLM(model), TOKENS, prompt_length=20, steps=16)
     assert count_differing_rows(single, passes) == (0, count_differing_rows(single, passes)[1])
-    other = _at_threads(3 - threads, lambda: step_and_pass_logits(model, TOKENS, prompt_length=20, steps=4)[0])
+    other = at_threads(3 - threads,
+                       lambda: step_and_pass_logits(CachedLM(model), TOKENS, prompt_length=20, steps=4)[0])
     assert torch.equal(other, single[:4])
 
 
@@ -243,11 +214,11 @@ def test_the_invariance_check_catches_a_backend_chosen_per_row_count():
     for layer in model.modules():
         if isinstance(layer, BackendLinear):
             layer.table[1] = "weight_major"
-    single, passes = step_and_pass_logits(model, TOKENS, prompt_length=20, steps=8)
+    single, passes = step_and_pass_logits(CachedLM(model), TOKENS, prompt_length=20, steps=8)
     assert count_differing_rows(single, passes)[0] > 0
     model = tiny_qwen2(vocab_size=128, hidden_size=64, seed=3, dtype=torch.float32)
     use_backends(model, "avx2", max_rows=32)  # invariant products, torch's attention
-    single, passes = step_and_pass_logits(model, TOKENS, prompt_length=20, steps=8)
+    single, passes = step_and_pass_logits(CachedLM(model), TOKENS, prompt_length=20, steps=8)
     assert count_differing_rows(single, passes)[0] > 0
 
 

@@ -441,7 +441,7 @@ def test_a_second_machine_adds_its_own_profiles_and_fit_and_overwrites_nothing(t
     result = snakemake(root, "--cores", "1", "--", "machine", env={"SPECDEC_MACHINE": "second-fake-machine"})
     assert result.returncode == 0, result.stderr[-3000:]
     assert before == {p: hashlib.sha256(p.read_bytes()).hexdigest() for p in first[0].rglob("*") if p.is_file()}
-    second = root / "results/machines/second-fake-machine/auto"
+    second = root / f"results/machines/second-fake-machine/{kernel}"
     assert {"costmodel_terms.csv", "fitted_drafts_c.csv", "shapes.csv", "bandwidth.json"} <= {
         p.name for p in second.iterdir()}
     table = pd.read_csv(root / "results/tables/machines.csv")
