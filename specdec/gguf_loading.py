@@ -24,6 +24,7 @@ from typing import Callable, Mapping
 
 import torch
 
+from .drafts.registry import gguf_draft_source  # noqa: F401  (re-exported: the study imports it here)
 from .errors import DraftSpecError
 # the header alone (gguf_header; re-exported: imported from here by the CLI, the workflow and the tests)
 from .gguf_header import (GGUF_VERSIONS, VOCABULARY_KEY, GGUFFileError, GGUFHeader, TensorInfo,  # noqa: F401
@@ -120,21 +121,6 @@ def load_gguf_tokenizer(path: str | os.PathLike):
 
 
 # --- drafts ------------------------------------------------------------------------------------------------------------
-def gguf_draft_source(name: str, spec: Mapping) -> tuple[str, int | None] | None:
-    """For a draft in the gguf regime: (the model of `models` whose GGUF file it runs, how many of its first layers
-    (None: all)), or None for a kind that loads no model. DraftSpecError, naming the draft, for a kind that cannot
-    run here (its weights are its own, e.g. distilled) and for a `dtype` (a GGUF file's tensor types are its weights'
-    precision; nothing converts them)."""
-    from .drafts import get_kind
-
-    kind = get_kind(spec["kind"], f"draft {name!r}: kind")
-    dtype = spec.get("dtype")
-    if dtype not in (None, "float32") and kind.model is not None:
-        raise DraftSpecError(f"draft {name!r}: dtype {dtype!r} has no meaning with runtime weights 'gguf' (the draft "
-                             "runs its GGUF file's own tensor types); define the draft without 'dtype'")
-    return kind.gguf_model(name, spec)
-
-
 def load_gguf_draft(name: str, spec: Mapping, path: str | os.PathLike | None, target: LeanLM,
                     target_vocabulary: GGUFVocabulary, runtime: Runtime) -> LeanLM:
     """A draft's model in the gguf regime: a session over its GGUF file (its first n layers for a truncated cut),

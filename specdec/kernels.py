@@ -98,25 +98,8 @@ def _avx2_bf16(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None,
     return _c_product(_linear.linear_bf16, torch.bfloat16, x, w, b, layer)
 
 
-def _native_modules() -> dict:
-    from . import attention, quant, rowops
-
-    return {"_linear": _linear, "_attention": attention._attention, "_quant": quant._quant, "_rowops": rowops._rowops}
-
-
-def kernel_build() -> str:
-    """The native modules' build (hashes of their sources and compile flags, set by setup.py), or "none": part of
-    the key of every table timed on them, so that an edited or rebuilt kernel is timed again."""
-    builds = [module.build() for module in _native_modules().values() if module is not None]
-    return "-".join(builds) if builds else "none"
-
-
-def stale_native_modules() -> list[str]:
-    """Native modules whose source was edited after they were built (an editable install does not rebuild them):
-    their timings and results would describe other code."""
-    return [name for name, module in _native_modules().items()
-            if module is not None and native_build.source_path(name).is_file()
-            and native_build.build_id(name) != module.build()]
+kernel_build = native_build.kernel_build  # the workflow asks native_build itself (no torch at its start-up)
+stale_native_modules = native_build.stale_native_modules
 
 
 BACKENDS: dict[str, Callable] = {"linear": _linear_backend, "weight_major": _weight_major, "avx2": _avx2}

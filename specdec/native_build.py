@@ -5,6 +5,7 @@ A module's build id hashes its C source and these flags; setup.py compiles it in
 says which code it is, and a source edited after the build is noticed."""
 
 import hashlib
+import importlib
 from pathlib import Path
 
 NATIVE_MODULES = ("_linear", "_attention", "_quant", "_rowops")
@@ -28,3 +29,30 @@ def build_id(name: str) -> str:
     flags = " ".join(COMPILE_ARGS + LINK_ARGS).encode()
     sources = b"".join(path.read_bytes() for path in [source_path(name), *headers()])
     return hashlib.sha256(sources + flags).hexdigest()[:12]
+
+
+def loaded_modules() -> dict:
+    """name -> the native module as this install built it, or None where it was not built (imported here, not
+    through the engine's wrappers, so that the workflow can ask without importing torch)."""
+    modules = {}
+    for name in NATIVE_MODULES:
+        try:
+            modules[name] = importlib.import_module(f"specdec.{name}")
+        except ImportError:
+            modules[name] = None
+    return modules
+
+
+def kernel_build() -> str:
+    """The native modules' build (hashes of their sources and compile flags, set by setup.py), or "none": part of
+    the key of every table timed on them, so that an edited or rebuilt kernel is timed again."""
+    builds = [module.build() for module in loaded_modules().values() if module is not None]
+    return "-".join(builds) if builds else "none"
+
+
+def stale_native_modules() -> list[str]:
+    """Native modules whose source was edited after they were built (an editable install does not rebuild them):
+    their timings and results would describe other code."""
+    return [name for name, module in loaded_modules().items()
+            if module is not None and source_path(name).is_file() and build_id(name) != module.build()]
+

@@ -213,7 +213,8 @@ def _memoised_pair(k_tokens=3, draft_dtype=torch.float32):
 
 
 @pytest.mark.slow  # the study's check machinery on a tiny pair; the rule's own chi-square tests stay in the fast tier
-@pytest.mark.parametrize("draft_dtype", [torch.float32, torch.bfloat16], ids=["fp32-draft", "bf16-draft"])
+@pytest.mark.parametrize("draft_dtype", [torch.float32, pytest.param(torch.bfloat16, marks=pytest.mark.extended)],
+                         ids=["fp32-draft", "bf16-draft"])  # bf16: the same machinery again, in the extended runs
 def test_memoised_pair_samples_follow_the_target_and_reject_the_wrong_sampler(draft_dtype):
     pair = _memoised_pair(draft_dtype=draft_dtype)
     assert len(pair.exact) == 125 and abs(sum(pair.exact.values()) - 1.0) < 1e-9
@@ -404,8 +405,9 @@ def test_wrong_sampler_law_matches_the_wrong_sampler(sampler):
     assert chi_square_gof(samples, pair.laws(1).by_sampler[sampler]).p_value < LAW_THRESHOLD
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("spec_name", ["hybrid", "lookup", "model"])
+@pytest.mark.slow  # the model draft's in the full suite; the hybrid's and lookup's in the extended runs
+@pytest.mark.parametrize("spec_name", [pytest.param("hybrid", marks=pytest.mark.extended),
+                                       pytest.param("lookup", marks=pytest.mark.extended), "model"])
 def test_wrong_sampler_laws_match_the_loop_for_every_proposer(spec_name):
     pair = _law_pair(spec_name)
     for k in (1, 3):

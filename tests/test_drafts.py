@@ -371,6 +371,7 @@ def _report(name, fit, blocks):
 
 
 @pytest.mark.slow  # the fast tier has prompt lookup's chi-square test with a wrong rule in tests/test_registry.py
+@pytest.mark.extended  # the same law again at more samples: in the extended runs
 def test_prompt_lookup_distribution_matches_target():
     fit, blocks = _end_to_end(lambda: PromptLookupDraft(E2E_VOCAB))
     _report("prompt lookup", fit, blocks)
@@ -381,6 +382,7 @@ def test_prompt_lookup_distribution_matches_target():
 
 
 @pytest.mark.slow  # the adaptive stop's exact law is checked in the fast tier (tests/test_distribution.py, hybrid-adaptive)
+@pytest.mark.extended  # and the tiny study's distribution check samples the adaptive draft: this one in the extended runs
 def test_adaptive_model_draft_distribution_matches_target():
     fit, blocks = _end_to_end(lambda: ModelDraft(_memo_model(4), min_confidence=0.3))
     _report("adaptive ModelDraft", fit, blocks)

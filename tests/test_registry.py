@@ -9,15 +9,12 @@ Multiple testing: the correct-sampler chi-square tests of this file form one fam
 the end-to-end family), each test judged at ALPHA / (number of kinds) (Bonferroni, family-wise error 1%); the
 mutants and wrong samplers must fall below the same threshold.
 
-A toy kind, "propose the last token again", is defined and registered here and nowhere else; the workflow imports
-this module through the config's `plugins`, and the tiny DAG runs it (test_toy_kind_runs_through_the_workflow).
+A toy kind, "propose the last token again", is defined in tests/toy_draft.py (imported here, so it gets every
+check); the tiny study of tests/test_workflow.py runs it through the config's `plugins` and the whole DAG
+(test_a_plugin_kind_runs_through_the_whole_dag).
 """
 
 from __future__ import annotations
-
-import os
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -26,36 +23,13 @@ from scipy import stats
 
 import specdec.decode as decode
 from specdec.decode import generate_baseline, generate_speculative
-from specdec.drafts import DraftKind, DraftResources, ModelDraft, Proposal, get_kind, kind_names, register
+from specdec.drafts import DraftKind, DraftResources, ModelDraft, Proposal, get_kind, kind_names
 from specdec.lm import CachedLM, PrefixMemoLM
 from specdec.sampling import SamplingConfig
 from specdec.study.distribution import exact_first_tokens
 from specdec.study.stats import chi_square_gof
 from specdec.testing import perturbed_copy, tiny_qwen2
-
-
-# --- the toy kind: defined and registered here only ----------------------------------------------------------------
-class RepeatLastDraft:
-    """Proposes the context's last token again (`times` times at most). Its q is a point mass on that token."""
-
-    def __init__(self, vocab_size: int, times: int = 1):
-        self.vocab_size, self.times = vocab_size, times
-
-    def prefill(self, prompt):
-        return 0.0
-
-    def propose(self, context, k, sampling, generator):
-        tokens = [context[-1]] * min(k, self.times)
-        q = None if sampling.greedy else torch.nn.functional.one_hot(torch.tensor(tokens), self.vocab_size).double()
-        return Proposal(tokens=tokens, q=q)
-
-    def rollback(self, valid_length):
-        pass
-
-
-register(DraftKind("repeat_last", lambda spec, resources: RepeatLastDraft(resources.vocab_size, spec.get("times", 1)),
-                   fields={"times": {"type": "integer", "minimum": 1}},
-                   description="toy: the last token again"))
+from toy_draft import RepeatLastDraft  # noqa: F401  (registers the toy kind: every check below runs on it)
 
 
 # --- building any kind from its declared fields --------------------------------------------------------------------
@@ -288,34 +262,3 @@ def test_every_kind_follows_the_target_distribution_and_a_wrong_rule_is_rejected
     wrong = chi_square_gof(_e2e_samples(e2e, kind_name, E2E_SAMPLES // 10), exact)
     print(f"{kind_name}, every draft token accepted: chi2 {wrong.chi2:.1f}, p = {wrong.p_value:.3g}")
     assert wrong.p_value < THRESHOLD
-
-
-# --- the toy kind through the workflow ------------------------------------------------------------------------------
-@pytest.mark.slow
-def test_toy_kind_runs_through_the_workflow(tmp_path):
-    import pandas as pd
-    import yaml
-    from test_workflow import snakemake, write_config
-
-    from specdec.testing import build_tiny_study
-
-    config = build_tiny_study(tmp_path, k=[2])
-    config.update(drafts=["toy"], draft_kinds={"toy": {"kind": "repeat_last", "times": 2}},
-                  plugins=[Path(__file__).stem], domains={"code": config["domains"]["code"]})
-    for stage in ("distribution_check", "peers", "reproduce", "distillation"):
-        config.pop(stage)
-    config["decoding"]["sampled"]["seeds"] = [0]
-    write_config(tmp_path / "config.yaml", config)
-    env_path = os.pathsep.join([str(Path(__file__).parent), os.environ.get("PYTHONPATH", "")])
-    result = snakemake(tmp_path, "--cores", "2", "--set-threads", "decode=1", "profile_model=1",
-                       "profile_fit_models=1", "measure_bandwidth=1", "--", "all", "sweep", env={"PYTHONPATH": env_path})
-    assert result.returncode == 0, result.stderr[-4000:]
-    assert yaml.safe_load((tmp_path / "config.yaml").read_text())["plugins"] == [Path(__file__).stem]
-    identity = pd.read_csv(tmp_path / "results/tables/greedy_identity.csv")
-    assert set(identity["draft"]) == {"toy"} and (identity["n_identical"] == identity["n_sequences"]).all()
-    runs = pd.read_parquet(tmp_path / "results/runs/greedy/toy/code/k2/seed0/sequences.parquet")
-    assert runs[runs["method"] == "speculative"]["drafted"].sum() > 0  # the toy proposed
-    drafts = pd.read_csv(tmp_path / "results/tables/drafts.csv")
-    toy = drafts[drafts["draft"] == "toy"]
-    assert len(toy) == len(config["domains"]) and (toy["kind"] == "repeat_last").all()
-    assert sys.modules.get("test_workflow") is not None

@@ -28,12 +28,16 @@ REPO = Path(__file__).resolve().parents[1]
 SCHEMA = REPO / "workflow/schemas/config.schema.yaml"
 
 
+# tests/ on the workflow's PYTHONPATH: the tiny study's `plugins` (toy_draft, gated_draft) live there
+PLUGIN_PATH = {"PYTHONPATH": os.pathsep.join([str(REPO / "tests"), os.environ.get("PYTHONPATH", "")])}
+
+
 def snakemake(workdir: Path, *args: str, configfile: Path | None = None,
               env: dict | None = None) -> subprocess.CompletedProcess:
     cmd = [sys.executable, "-m", "snakemake", "--snakefile", str(REPO / "Snakefile"), "--directory", str(workdir),
            "--configfile", str(configfile or workdir / "config.yaml"), *args]
-    return subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ, OMP_NUM_THREADS="1", **(env or {})),
-                          timeout=900)
+    return subprocess.run(cmd, capture_output=True, text=True,
+                          env=dict(os.environ, OMP_NUM_THREADS="1", **{**PLUGIN_PATH, **(env or {})}), timeout=900)
 
 
 # Full tiny runs use both cores: every multi-threaded rule gets one thread, so Snakemake runs two jobs at a time
@@ -77,9 +81,12 @@ def tiny_config(root: Path) -> dict:
     config = build_tiny_study(root, k=[2], drafts=2)
     config["domains"] = {"code": config["domains"]["code"]}
     config["decoding"]["sampled"]["k"] = [2]
-    config["drafts"] = ["tiny-draft0", *ALL_DRAFT_KINDS]  # tiny-draft1 is added by a test below
+    # the toy kind of tests/toy_draft.py: a kind defined outside specdec, through `plugins`
+    config["drafts"] = ["tiny-draft0", *ALL_DRAFT_KINDS, "toy"]  # tiny-draft1 is added by a test below
+    config["plugins"] = ["toy_draft"]
     # Defined but not studied: peers may still name it (and so runs its model in bf16 next to the fp32 target).
-    config["draft_kinds"] = dict(ALL_DRAFT_KINDS, bf16={"kind": "model", "model": "tiny-draft0", "dtype": "bfloat16"})
+    config["draft_kinds"] = dict(ALL_DRAFT_KINDS, toy={"kind": "repeat_last", "times": 2},
+                                 bf16={"kind": "model", "model": "tiny-draft0", "dtype": "bfloat16"})
     config["peers"]["drafts"] = ["bf16"]
     # The draft sweep: every k in one job per (draft, domain); bf16 is defined but not studied, lookup is both.
     config["draft_sweep"] = {"drafts": ["bf16", "lookup"], "k": [1, 2], "prompts_per_domain": 1}
@@ -186,6 +193,23 @@ def test_whole_dag_produces_the_tables_plots_and_provenance(tiny_study):
     assert set(prompts["source"]) == {"humaneval", "mtbench"} and len(prompts) == 2
     assert (root / "resources/models/trunc1/manifest.json").exists()
     assert not (root / "resources/models/lookup").exists()  # prompt lookup and early exit load no model of their own
+
+
+@ON_TINY_STUDY
+def test_a_plugin_kind_runs_through_the_whole_dag(tiny_study):
+    """The toy kind of tests/toy_draft.py, defined outside specdec and named in `plugins`: decoded, checked for greedy
+    identity and tabled like a built-in kind, and the config the run used still names the plugin."""
+    root, config = tiny_study
+    assert "toy" in config["drafts"] and config["plugins"] == ["toy_draft"]
+    identity = pd.read_csv(root / "results/tables/greedy_identity.csv").set_index("draft")
+    assert identity.loc["toy", "n_identical"] == identity.loc["toy", "n_sequences"] > 0
+    runs = pd.read_parquet(root / "results/runs/greedy/toy/code/k2/seed0/sequences.parquet")
+    assert runs[runs["method"] == "speculative"]["drafted"].sum() > 0  # the toy proposed
+    drafts = pd.read_csv(root / "results/tables/drafts.csv")
+    toy = drafts[drafts["draft"] == "toy"]
+    assert len(toy) == len(config["domains"]) and (toy["kind"] == "repeat_last").all()
+    provenance = yaml.safe_load((root / "results/provenance.yaml").read_text())
+    assert provenance["config"]["plugins"] == ["toy_draft"]
 
 
 @ON_TINY_STUDY
@@ -415,6 +439,7 @@ def test_adding_a_draft_kind_schedules_exactly_its_jobs(tiny_study, tmp_path):
 
 
 @ON_TINY_STUDY
+@pytest.mark.extended  # profiles and fits a second machine: a few minutes of its own
 def test_a_second_machine_adds_its_own_profiles_and_fit_and_overwrites_nothing(tiny_study):
     root, config = tiny_study
     first = [p for p in (root / "results/machines").iterdir()]
@@ -456,20 +481,20 @@ def test_a_second_machine_adds_its_own_profiles_and_fit_and_overwrites_nothing(t
 # jobs wait at their first proposal until the test lets them through. Every signal is sent while a decode job is known
 # to be running, and after the jobs the test let through are known to be finished, never after a guessed delay.
 DETERMINISTIC = ["draft", "domain", "k", "temperature", "acceptance", "tokens_per_pass", "n_prompts", "n_repeats"]
-GATED_PLUGIN_ENV = {"PYTHONPATH": os.pathsep.join([str(REPO / "tests"), os.environ.get("PYTHONPATH", "")])}
 JOB_TIMEOUT_S = 600  # a tiny decode job reaches its first proposal in seconds; a busy shared machine gets ample margin
 
 
-def _gated_lookup_study(root: Path, drafts: list[str], left_out: tuple[str, ...]) -> dict:
+def _gated_lookup_study(root: Path, drafts: list[str], left_out: tuple[str, ...],
+                        ungated: tuple[str, ...] = ()) -> dict:
     """The tiny study, less the stages `left_out`, decoding with `drafts`: each the tiny study's `lookup` behind the
-    gate root/gate (so its tables equal lookup's)."""
+    gate root/gate (so its tables equal lookup's), and the `ungated` drafts of the tiny study as they are."""
     config = tiny_config(root)
     for stage in left_out:
         config.pop(stage)
     for name in drafts:
         config["draft_kinds"][name] = {**ALL_DRAFT_KINDS["lookup"], "kind": "gated_prompt_lookup",
                                        "gate": str(root / "gate")}
-    config["drafts"], config["plugins"] = drafts, ["gated_draft"]
+    config["drafts"], config["plugins"] = [*drafts, *ungated], [*config["plugins"], "gated_draft"]
     write_config(root / "config.yaml", config)
     return config
 
@@ -516,17 +541,17 @@ def _start(root: Path) -> tuple[subprocess.Popen, Path]:
     # SIG_DFL in the child: a test run started in the background (`cmd &`) inherits SIGINT ignored, and a Python
     # that starts with SIGINT ignored never turns it into KeyboardInterrupt, so Ctrl-C could not be simulated.
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-                            env=dict(os.environ, OMP_NUM_THREADS="1", **GATED_PLUGIN_ENV),
+                            env=dict(os.environ, OMP_NUM_THREADS="1", **PLUGIN_PATH),
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     return proc, log_path
 
 
 def _stop_when_a_decode_job_waits(root: Path, gate: Gate, sig: signal.Signals,
-                                  let_through: int) -> tuple[list[dict], dict, str]:
+                                  let_through: int) -> tuple[list[dict], dict, str, float]:
     """Start the workflow, let `let_through` decode jobs past the gate, and once the next one waits there send `sig`
     to the whole process group (Snakemake and that job), as Ctrl-C in a terminal or a killed node would. With
     --cores 1 the next job starts only after Snakemake has recorded the previous one as finished. Returns the
-    wildcards of the jobs let through, those of the job stopped, and the run's log."""
+    wildcards of the jobs let through, those of the job stopped, the run's log and the seconds it took to stop."""
     proc, log = _start(root)
     try:
         finished = []
@@ -536,13 +561,15 @@ def _stop_when_a_decode_job_waits(root: Path, gate: Gate, sig: signal.Signals,
             finished.append(wildcards)
         _, stopped = gate.next_waiting_job(proc, log)
         os.killpg(proc.pid, sig)
+        signalled = time.time()
         proc.wait(timeout=120)
+        stop_seconds = time.time() - signalled
     finally:
         if proc.poll() is None:  # the test failed on the way: leave no workflow waiting at the gate
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
     gate.forget_killed_jobs()
-    return finished, stopped, log.read_text()
+    return finished, stopped, log.read_text(), stop_seconds
 
 
 def _run_dir(wildcards: dict) -> str:
@@ -557,8 +584,8 @@ def _finished_outputs(root: Path) -> dict[str, float]:
     for path in files:
         pd.read_parquet(root / path)  # raises on a truncated or half-written file
     # a killed Snakemake leaves its lock
-    assert snakemake(root, "--unlock", "--cores", "1", env=GATED_PLUGIN_ENV).returncode == 0
-    dry = snakemake(root, "--dry-run", "--cores", "1", "--rerun-incomplete", env=GATED_PLUGIN_ENV)
+    assert snakemake(root, "--unlock", "--cores", "1").returncode == 0
+    dry = snakemake(root, "--dry-run", "--cores", "1", "--rerun-incomplete")
     assert dry.returncode == 0, dry.stderr[-3000:]
     scheduled = {out.strip() for line in dry.stdout.splitlines() if line.strip().startswith("output:")
                  for out in line.split(":", 1)[1].split(",")}
@@ -574,23 +601,33 @@ def _files_under(directory: Path) -> list[Path]:
     return [p for p in directory.rglob("*") if p.is_file()]
 
 
-@ON_TINY_STUDY
-def test_interrupted_runs_resume_without_loss(tiny_study, tmp_path):
+@pytest.mark.extended  # a study of its own, stopped twice and resumed: about three minutes
+def test_interrupted_runs_resume_without_loss(tmp_path):
     # The decode stage is what gets interrupted; the stages after the study table are left out to keep this short.
     # Two gated lookup drafts, greedy and sampled: four decode jobs, so that each interruption comes after one more
-    # job has finished and while another runs.
-    drafts = ["lookup", "lookup_again"]
-    _gated_lookup_study(tmp_path, drafts, ("distribution_check", "profiling", "peers", "reproduce", "distillation"))
+    # job has finished and while another runs. The study's own `lookup` (no gate) is never stopped: the reference.
+    drafts = ["gated", "gated_again"]
+    _gated_lookup_study(tmp_path, drafts, ("distribution_check", "profiling", "peers", "reproduce", "distillation"),
+                        ungated=["lookup"])
     gate = Gate(tmp_path)
-    reference = pd.read_csv(tiny_study[0] / "results/tables/study.csv")
-    reference = reference[reference["draft"] == "lookup"].reset_index(drop=True)[DETERMINISTIC]
 
-    finished, stopped, _ = _stop_when_a_decode_job_waits(tmp_path, gate, signal.SIGINT, let_through=1)
+    # Ctrl-C (SIGINT to the process group) while a decode job runs: the job says so in one line naming it, no
+    # traceback, Snakemake stops within seconds, leaves no lock, and nothing half-written stays.
+    finished, stopped, output, stop_seconds = _stop_when_a_decode_job_waits(tmp_path, gate, signal.SIGINT,
+                                                                            let_through=1)
+    assert stop_seconds < 30, "the run did not stop within seconds"
+    job = ", ".join(f"{k}={v}" for k, v in stopped.items())
+    lines = [line for line in output.splitlines() if "interrupted, nothing written" in line]
+    assert lines == [f"specdec: decode ({job}) interrupted, nothing written; rerun the same command to resume"], \
+        output[-3000:]  # one line, from the one job that ran (--cores 1)
+    assert "Traceback" not in output and "KeyboardInterrupt" not in output, output[-3000:]
+    dry = snakemake(tmp_path, "--dry-run", "--cores", "1")  # no --unlock: no lock was left
+    assert dry.returncode == 0 and job_counts(dry.stdout).get("decode", 0) >= 1, dry.stdout[-2000:] + dry.stderr[-2000:]
     after_sigint = _finished_outputs(tmp_path)
     assert len(_in_dir(after_sigint, _run_dir(finished[0]))) == 2, sorted(after_sigint)  # steps and sequences
     assert not _files_under(tmp_path / _run_dir(stopped)), "the job stopped by Ctrl-C left files"
 
-    finished, stopped, killed_run = _stop_when_a_decode_job_waits(tmp_path, gate, signal.SIGKILL, let_through=1)
+    finished, stopped, killed_run, _ = _stop_when_a_decode_job_waits(tmp_path, gate, signal.SIGKILL, let_through=1)
     after_sigkill = _finished_outputs(tmp_path)
     assert {p: after_sigkill.get(p) for p in after_sigint} == after_sigint, "finished jobs were redone"
     assert len(_in_dir(after_sigkill, _run_dir(finished[0]))) == 2, sorted(after_sigkill)  # the rerun went on
@@ -599,41 +636,13 @@ def test_interrupted_runs_resume_without_loss(tiny_study, tmp_path):
 
     # README: after an interruption rerun the same command (after a hard kill, --unlock first: _finished_outputs did).
     gate.open()
-    result = snakemake(tmp_path, *TWO_JOBS_AT_A_TIME, "--rerun-incomplete", env=GATED_PLUGIN_ENV)
+    result = snakemake(tmp_path, *TWO_JOBS_AT_A_TIME, "--rerun-incomplete")
     assert result.returncode == 0, result.stderr[-3000:]
     final = _finished_outputs(tmp_path)
     assert {p: final.get(p) for p in after_sigkill} == after_sigkill, "finished jobs were redone"
     resumed = pd.read_csv(tmp_path / "results/tables/study.csv")[DETERMINISTIC]
-    for draft in drafts:  # each gated draft decodes as lookup did in the uninterrupted tiny study
+    reference = resumed[resumed["draft"] == "lookup"].reset_index(drop=True)
+    assert len(reference) == 2  # greedy and sampled
+    for draft in drafts:  # each interrupted, resumed draft decodes as the uninterrupted lookup did
         rows = resumed[resumed["draft"] == draft].assign(draft="lookup").reset_index(drop=True)
         pd.testing.assert_frame_equal(rows, reference)
-
-
-def test_ctrl_c_stops_a_running_job_with_one_line(tmp_path):
-    """Ctrl-C (SIGINT to the process group) while a decode job runs: the job says so in one line, no traceback,
-    Snakemake stops within seconds, nothing half-written stays, and the same command simply resumes."""
-    _gated_lookup_study(tmp_path, ["lookup"], ("distribution_check", "profiling", "peers", "reproduce",
-                                               "distillation", "draft_sweep"))
-    gate = Gate(tmp_path)
-    proc, log = _start(tmp_path)
-    try:
-        _, running = gate.next_waiting_job(proc, log)  # a decode job is running: it waits at its first proposal
-        os.killpg(proc.pid, signal.SIGINT)
-        interrupted = time.time()
-        proc.wait(timeout=60)
-    finally:
-        if proc.poll() is None:  # the test failed on the way: leave no workflow waiting at the gate
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-    output = log.read_text()
-    assert time.time() - interrupted < 30, "the run did not stop within seconds"
-    job = ", ".join(f"{k}={v}" for k, v in running.items())
-    lines = [line for line in output.splitlines() if "interrupted, nothing written" in line]
-    # one line, from the one job that ran (--cores 1), naming it
-    assert lines == [f"specdec: decode ({job}) interrupted, nothing written; rerun the same command to resume"], \
-        output[-3000:]
-    assert "Traceback" not in output and "KeyboardInterrupt" not in output, output[-3000:]
-    assert not _files_under(tmp_path / "results/runs"), "the interrupted job left files"
-    # no lock, nothing incomplete: the same command resumes
-    dry = snakemake(tmp_path, "--dry-run", "--cores", "1", env=GATED_PLUGIN_ENV)
-    assert dry.returncode == 0 and job_counts(dry.stdout).get("decode", 0) >= 1, dry.stdout[-2000:] + dry.stderr[-2000:]

@@ -17,6 +17,8 @@ import yaml
 from specdec.testing import build_tiny_gguf_study
 
 pytestmark = pytest.mark.slow
+# the tests on the module's tiny study run on one xdist worker, so that its fixture is built once
+ON_GGUF_STUDY = pytest.mark.xdist_group("tiny-gguf-study")
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -51,6 +53,7 @@ def gguf_study(tmp_path_factory):
     return root, config
 
 
+@ON_GGUF_STUDY
 def test_the_tiny_study_runs_from_gguf_files_with_greedy_identity_and_no_near_tie(gguf_study):
     root, config = gguf_study
     identity = pd.read_csv(root / "results/tables/greedy_identity.csv")
@@ -77,6 +80,7 @@ def test_the_tiny_study_runs_from_gguf_files_with_greedy_identity_and_no_near_ti
     assert provenance["config"]["runtime"]["weights"] == "gguf"
 
 
+@ON_GGUF_STUDY
 def test_a_second_run_has_nothing_to_do(gguf_study):
     root, _ = gguf_study
     result = snakemake(root, "-n", "--cores", "2", "--", "all", "reproduce")
@@ -103,6 +107,7 @@ def test_what_cannot_run_in_the_regime_is_refused_at_start_by_name(tmp_path, cha
 
 @pytest.mark.parametrize("target, rule", [("peers", "peers_run"), ("roofline", "roofline_kernels"),
                                           ("machine", "profile")])
+@ON_GGUF_STUDY
 def test_a_stage_that_runs_hugging_face_models_is_refused_when_asked_for(gguf_study, tmp_path, target, rule):
     root, config = gguf_study
     write(tmp_path, copy.deepcopy(config) | {"profiling": {"repeats": 1}})

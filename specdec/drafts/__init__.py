@@ -2,14 +2,13 @@
 
 `base` has the interface (Proposal, DraftProposer); `model`, `lookup`, `early_exit` and `hybrid` the proposers;
 `registry` what a kind of draft declares, and `kinds` registers the built-in ones (importing this package does).
+The registry imports neither torch nor transformers (the workflow reads it at every start-up); the proposers are
+imported on first use of their names.
 """
 
+import importlib
+
 from . import kinds  # noqa: F401  (registers the built-in kinds)
-from .base import DraftProposer, Proposal, as_proposer
-from .early_exit import EarlyExitDraft, early_exit_model
-from .hybrid import HybridDraft
-from .lookup import PromptLookupDraft
-from .model import ModelDraft
 from .registry import (
            DraftCost,
            DraftKind,
@@ -19,6 +18,17 @@ from .registry import (
            load_plugins,
            register,
 )
+
+_LAZY = {"DraftProposer": "base", "Proposal": "base", "as_proposer": "base", "EarlyExitDraft": "early_exit",
+         "early_exit_model": "early_exit", "HybridDraft": "hybrid", "PromptLookupDraft": "lookup",
+         "ModelDraft": "model"}
+
+
+def __getattr__(name):
+    if name in _LAZY:
+        return getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = ["DraftProposer", "Proposal", "as_proposer", "ModelDraft", "PromptLookupDraft", "EarlyExitDraft",
            "early_exit_model", "HybridDraft", "DraftCost", "DraftKind", "DraftResources", "get_kind", "kind_names",

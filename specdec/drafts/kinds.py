@@ -1,13 +1,10 @@
-"""The built-in draft kinds (see registry.py for what a kind declares)."""
+"""The built-in draft kinds (see registry.py for what a kind declares). The proposers' modules (torch, transformers)
+are imported when a draft is built, not here: the workflow reads the registry at every start-up."""
 
 from __future__ import annotations
 
 from typing import Mapping
 
-from .early_exit import EarlyExitDraft
-from .hybrid import HybridDraft
-from .lookup import PromptLookupDraft
-from .model import ModelDraft
 from .registry import DraftCost, DraftKind, DraftResources, register
 
 DTYPE = {"enum": ["float32", "bfloat16"],
@@ -21,22 +18,31 @@ MODEL_FIELDS = {"model": MODEL, "dtype": DTYPE, "min_confidence": MIN_CONFIDENCE
 LOOKUP_FIELDS = {"ngram_max": NGRAM, "ngram_min": NGRAM}
 
 
-def _model_draft(spec: Mapping, resources: DraftResources) -> ModelDraft:
+def _model_draft(spec: Mapping, resources: DraftResources):
+    from .model import ModelDraft
+
     return ModelDraft(resources.draft_model(), min_confidence=spec.get("min_confidence"))
 
 
-def _lookup(spec: Mapping, resources: DraftResources) -> PromptLookupDraft:
+def _lookup(spec: Mapping, resources: DraftResources):
+    from .lookup import PromptLookupDraft
+
     return PromptLookupDraft(resources.vocab_size, spec.get("ngram_max", 3), spec.get("ngram_min", 1),
                              eos_token_ids=sorted(resources.eos_token_ids))
 
 
-def _early_exit(spec: Mapping, resources: DraftResources) -> ModelDraft:
+def _early_exit(spec: Mapping, resources: DraftResources):
+    from .early_exit import EarlyExitDraft
+    from .model import ModelDraft
+
     if resources.target_layers is not None:  # the regime's own session over the target's first layers (gguf)
         return ModelDraft(resources.target_layers(int(spec["layers"])), min_confidence=spec.get("min_confidence"))
     return EarlyExitDraft(resources.target, int(spec["layers"]), min_confidence=spec.get("min_confidence"))
 
 
-def _hybrid(spec: Mapping, resources: DraftResources) -> HybridDraft:
+def _hybrid(spec: Mapping, resources: DraftResources):
+    from .hybrid import HybridDraft
+
     return HybridDraft(_lookup(spec, resources), _model_draft(spec, resources))
 
 

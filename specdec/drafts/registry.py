@@ -143,3 +143,16 @@ def load_plugins(modules: Iterable[str]) -> None:
             importlib.import_module(module)
         except ImportError as e:
             raise DraftSpecError(f"config key 'plugins': cannot import {module!r} ({e})") from e
+
+
+def gguf_draft_source(name: str, spec: Mapping) -> tuple[str, int | None] | None:
+    """For a draft in the gguf regime: (the model of `models` whose GGUF file it runs, how many of its first layers
+    (None: all)), or None for a kind that loads no model. DraftSpecError, naming the draft, for a kind that cannot
+    run here (its weights are its own, e.g. distilled) and for a `dtype` (a GGUF file's tensor types are its weights'
+    precision; nothing converts them)."""
+    kind = get_kind(spec["kind"], f"draft {name!r}: kind")
+    dtype = spec.get("dtype")
+    if dtype not in (None, "float32") and kind.model is not None:
+        raise DraftSpecError(f"draft {name!r}: dtype {dtype!r} has no meaning with runtime weights 'gguf' (the draft "
+                             "runs its GGUF file's own tensor types); define the draft without 'dtype'")
+    return kind.gguf_model(name, spec)

@@ -47,10 +47,10 @@ def kernel_flags(info: dict) -> list[str]:
 
 def machine_id(threads: int, torch_version: str | None = None, info: dict | None = None) -> str:
     """e.g. 'amd-epyc-f25m1-avx2-t2-torch2.13.0' or 'intel-xeon-platinum-8481c-avx2-avx512-avx512bf16-amx-t2-...'."""
-    if torch_version is None:
-        import torch
+    if torch_version is None:  # the installed torch's version, read without importing it (the workflow's start-up)
+        from importlib.metadata import version
 
-        torch_version = torch.__version__.split("+")[0]
+        torch_version = version("torch").split("+")[0]
     info = info or cpuinfo()
     return f"{cpu_slug(info)}-{'-'.join(kernel_flags(info))}-t{threads}-torch{torch_version}"
 

@@ -11,9 +11,9 @@ from snakemake.exceptions import WorkflowError
 
 from specdec.drafts import get_kind
 from specdec.errors import DraftSpecError
-from specdec.gguf_loading import gguf_draft_source
-from specdec.loading import Runtime
-from specdec.kernels import kernel_build, stale_native_modules
+from specdec.drafts.registry import gguf_draft_source
+from specdec.runtime import Runtime
+from specdec.native_build import kernel_build, stale_native_modules
 from specdec.study.config import draft_spec as _draft_spec, validate_config
 from specdec.study.machine import machine_id
 from specdec.study.prompts import domain_source_sets, source_file_name
@@ -391,10 +391,38 @@ def llamacpp_engine_files():
                   + glob.glob(f"{R}/sweep/runs/greedy/*/*/k*/seed0/sequences.parquet"))
 
 
+
+# The side-by-side job (vs_llamacpp rules): our engine in the gguf regime next to llama.cpp on the same files.
+VS_LLAMACPP = _llamacpp.side_by_side_settings(config)
+
+
+def vs_llamacpp_prompts(domain):
+    """How many of the domain's prompts the side-by-side job runs (prompts_per_domain: a number for every domain,
+    or per domain with `default` for the rest; null: every prompt)."""
+    per = VS_LLAMACPP["prompts_per_domain"]
+    return per.get(domain, per.get("default")) if isinstance(per, dict) else per
+
+
+def vs_llamacpp_gguf_files():
+    """name -> GGUF file of the target, our drafts' models and llama.cpp's draft."""
+    names = [config["target"], VS_LLAMACPP["llamacpp"]["draft"],
+             *(draft_gguf_model(d) for d in VS_LLAMACPP["drafts"])]
+    return {name: gguf_file(name) for name in dict.fromkeys(n for n in names if n)}
+
+
+def vs_llamacpp_inputs(wildcards):
+    if not GGUF:
+        raise WorkflowError("vs_llamacpp runs our engine on the GGUF files: run it with runtime.weights 'gguf' "
+                            "(--configfile config/gguf.yaml)")
+    files = vs_llamacpp_gguf_files()
+    return {"target": files[config["target"]], "llamacpp_draft": files[VS_LLAMACPP["llamacpp"]["draft"]],
+            **{f"draft_{name}": files[name] for name in files if name != config["target"]}}
+
 # --- the gguf regime: checked at start --------------------------------------------------------------------------
 def gguf_decoded_drafts():
-    """Every draft this run may decode: the study's, the sweep's and reproduce's."""
-    return list(dict.fromkeys([*config["drafts"], *sweep_drafts(), *(d for d, _, _ in reproduce_cells())]))
+    """Every draft this run may decode: the study's, the sweep's, reproduce's and the side-by-side job's."""
+    return list(dict.fromkeys([*config["drafts"], *sweep_drafts(), *(d for d, _, _ in reproduce_cells()),
+                               *VS_LLAMACPP["drafts"]]))
 
 
 def check_gguf_regime():

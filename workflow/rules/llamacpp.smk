@@ -164,3 +164,61 @@ rule llamacpp:
         f"{R}/tables/llamacpp.csv",
         f"{R}/plots/llamacpp.png",
         f"{R}/llamacpp/provenance.yaml",
+
+
+# --- our engine and llama.cpp side by side (gguf regime; docs/quantized.md) -------------------------------------------
+# `snakemake --cores 2 --configfile config/gguf.yaml vs_llamacpp`: per domain, one job runs our plain and speculative
+# decoding (each vs_llamacpp draft at its k) and llama.cpp's plain and speculative runs on the same GGUF files, prompt
+# by prompt in rotating order; the table gives our/llama.cpp tokens/s ratios with bootstrap intervals.
+rule vs_llamacpp_run:
+    input:
+        unpack(vs_llamacpp_inputs),
+        build=LLAMACPP_DIR,
+        prompts=f"{R}/prompts/{{domain}}.parquet",
+    output:
+        f"{R}/vs_llamacpp/runs/{{domain}}.parquet",
+    params:
+        settings=VS_LLAMACPP,
+        draft_specs=lambda wc: {name: draft_spec(name) for name in VS_LLAMACPP["drafts"]},
+        prompts_per_domain=lambda wc: vs_llamacpp_prompts(wc.domain),
+        runtime=RUNTIME,
+        plugins=PLUGINS,
+        ctx_size=LLAMACPP["ctx_size"],
+        repack=LLAMACPP["repack"],
+    threads: THREADS
+    resources:
+        mem_mb=8000,
+    conda:
+        SPECDEC_ENV
+    log:
+        f"{LOG}/vs_llamacpp/{{domain}}.log",
+    benchmark:
+        f"{BENCH}/vs_llamacpp/{{domain}}.tsv"
+    script:
+        "../scripts/vs_llamacpp_run.py"
+
+
+rule vs_llamacpp_table:
+    input:
+        runs=expand(f"{R}/vs_llamacpp/runs/{{domain}}.parquet", domain=list(config["domains"])),
+        build=LLAMACPP_DIR,
+    output:
+        table=report(f"{R}/tables/vs_llamacpp.csv", caption="../report/vs_llamacpp.rst", category="llama.cpp"),
+        provenance=f"{R}/vs_llamacpp/provenance.yaml",
+    params:
+        settings=VS_LLAMACPP,
+        runtime=RUNTIME,
+        target=config["target"],
+        gguf_files=lambda wc: vs_llamacpp_gguf_files(),
+    conda:
+        SPECDEC_ENV
+    log:
+        f"{LOG}/vs_llamacpp/table.log",
+    script:
+        "../scripts/vs_llamacpp_table.py"
+
+
+rule vs_llamacpp:
+    input:
+        f"{R}/tables/vs_llamacpp.csv",
+        f"{R}/vs_llamacpp/provenance.yaml",

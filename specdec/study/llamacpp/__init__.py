@@ -26,7 +26,7 @@ from ..divergence import first_difference
 from ..wheels import Log
 from .build import BASE_CMAKE_FLAGS, MANIFEST, TOOLS, build_llamacpp, read_build_manifest, vendored_commit
 from .commands import RunSettings, bench_command, plain_command, speculative_command, write_prompt
-from .config import DEFAULTS, settings
+from .config import DEFAULTS, SIDE_BY_SIDE_DEFAULTS, settings, side_by_side_settings
 from .costs import cost_seconds, predicted_llamacpp_speedup, step_costs
 from .errors import LlamaCppBuildError, LlamaCppError, LlamaCppParseError, LlamaCppRunError
 from .gguf_files import export_gguf, gguf_facts
@@ -42,6 +42,6 @@ __all__ = [
     "bench_job", "build_llamacpp", "check_toolchain", "cost_seconds", "decode_job", "engine_scale", "engine_speeds",
     "export_gguf", "fetch_source", "find_tool", "first_difference", "gguf_facts", "parse_bench", "parse_plain",
     "parse_speculative", "plain_command", "predicted_llamacpp_speedup", "read_build_manifest", "read_jsonl_log",
-    "run_tool", "sdist_name", "settings", "speculative_command", "step_costs", "summarize", "vendored_commit",
+    "run_tool", "sdist_name", "settings", "side_by_side_settings", "SIDE_BY_SIDE_DEFAULTS", "speculative_command", "step_costs", "summarize", "vendored_commit",
     "write_prompt",
 ]

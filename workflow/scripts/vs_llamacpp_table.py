@@ -1,0 +1,61 @@
+"""Snakemake script: the side-by-side runs of every domain -> results/gguf/tables/vs_llamacpp.csv (ratios to
+llama.cpp plain with bootstrap intervals, per engine, draft, domain and k; printed to the log as the benchmark
+command `python -m specdec.study.vs_llamacpp` prints them) and its provenance (machine, our kernel and build,
+llama.cpp's build manifest, the GGUF files' checksums, the settings)."""
+
+from specdec.study.interrupt import stops_politely  # first: Ctrl-C during the imports below is polite too
+
+# isort: split
+
+import datetime
+import logging
+from importlib import metadata
+
+import yaml
+
+from specdec import quant
+from specdec.kernels import kernel_build
+from specdec.study.io import read_parquets, write_csv, write_text
+from specdec.study.llamacpp import read_build_manifest
+from specdec.study.logs import log_to
+from specdec.study.machine import machine_record
+from specdec.study.vs_llamacpp import format_ratios, summarize
+from specdec.study.wheels import sha256_file
+
+log = logging.getLogger("vs_llamacpp_table")
+
+
+def main(snakemake):
+    with log_to(snakemake.log[0]):
+        p = snakemake.params
+        runs = read_parquets(snakemake.input.runs)
+        table = summarize(runs, int(p.settings["max_new_tokens"]))
+        log.info("ratios to llama.cpp plain, per turn (median [95%% bootstrap interval]):\n%s", format_ratios(table))
+        write_csv(table, snakemake.output.table)
+        threads = int(p.runtime["threads"])
+        record = {
+            "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+            "machine": machine_record(threads),
+            "threads": threads,
+            "specdec": {"quant_kernel": quant.kernel_name(), "kernel_build": kernel_build(), "runtime": dict(p.runtime)},
+            "llama_cpp_build": read_build_manifest(snakemake.input.build),
+            "settings": dict(p.settings),
+            "target": p.target,
+            "gguf": {name: {"path": path, "sha256": sha256_file(path)} for name, path in p.gguf_files.items()},
+            "packages": {n: _version(n) for n in ("specdec", "torch", "gguf", "pandas", "numpy", "snakemake")},
+            "n_runs": len(runs),
+            "runs_per_method": runs.groupby(["engine", "draft", "k"]).size().rename("n").reset_index()
+                                   .to_dict("records"),
+        }
+        write_text(yaml.safe_dump(record, sort_keys=False), snakemake.output.provenance)
+
+
+def _version(name):
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+if "snakemake" in globals():
+    stops_politely(main, snakemake)  # noqa: F821
