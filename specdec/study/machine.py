@@ -62,3 +62,17 @@ def machine_record(threads: int) -> dict:
             "family": info["family"], "model": info["model"], "kernel_flags": kernel_flags(info),
             "logical_cpus": info["logical_cpus"], "threads": threads, "platform": platform.platform(),
             "python": platform.python_version()}
+
+
+def package_versions(names) -> dict:
+    """name -> installed version (None where not installed): what provenance records of the software."""
+    from importlib import metadata
+
+    found = {}
+    for name in names:
+        try:
+            found[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            found[name] = None
+    return found
+

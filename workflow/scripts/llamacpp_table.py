@@ -8,7 +8,6 @@ from specdec.study.interrupt import stops_politely  # first: Ctrl-C during the i
 
 import datetime
 import logging
-from importlib import metadata
 
 import matplotlib
 
@@ -20,7 +19,7 @@ import yaml
 from specdec.study.io import read_parquets, write_csv, write_figure, write_text
 from specdec.study.llamacpp import engine_speeds, gguf_facts, read_build_manifest, step_costs, summarize
 from specdec.study.logs import log_to
-from specdec.study.machine import machine_record
+from specdec.study.machine import machine_record, package_versions
 
 log = logging.getLogger("llamacpp_table")
 
@@ -81,17 +80,11 @@ def main(snakemake):
             "settings": {**p.settings, "k": list(p.ks), "max_new_tokens": int(p.max_new_tokens)},
             "gguf": {name: {**facts[name], "source": p.model_specs.get(name)} for name in p.models},
             "machine": machine_record(int(p.threads)),
-            "packages": {n: _version(n) for n in ("specdec", "gguf", "pandas", "numpy", "snakemake")},
+            "packages": package_versions(("specdec", "gguf", "pandas", "numpy", "snakemake")),
             "n_runs": len(runs),
         }
         write_text(yaml.safe_dump(record, sort_keys=False), snakemake.output.provenance)
 
-
-def _version(name):
-    try:
-        return metadata.version(name)
-    except metadata.PackageNotFoundError:
-        return None
 
 
 if "snakemake" in globals():

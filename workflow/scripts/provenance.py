@@ -11,7 +11,6 @@ import hashlib
 import json
 import logging
 import os
-from importlib import metadata
 from pathlib import Path
 
 import pandas as pd
@@ -21,7 +20,7 @@ from specdec.kernels import backend_spans, kernel_build
 from specdec.study.io import write_text
 from specdec.study.jobs import read_backend_tables
 from specdec.study.logs import log_to
-from specdec.study.machine import machine_record
+from specdec.study.machine import machine_record, package_versions
 
 log = logging.getLogger("provenance")
 PACKAGES = ["specdec", "torch", "transformers", "safetensors", "gguf", "accelerate", "snakemake", "pandas",
@@ -29,13 +28,7 @@ PACKAGES = ["specdec", "torch", "transformers", "safetensors", "gguf", "accelera
 
 
 def versions() -> dict:
-    found = {}
-    for name in PACKAGES:
-        try:
-            found[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            found[name] = None
-    return found
+    return package_versions(PACKAGES)
 
 
 def job_times(benchmark_files) -> dict:

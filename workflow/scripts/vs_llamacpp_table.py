@@ -9,7 +9,6 @@ from specdec.study.interrupt import stops_politely  # first: Ctrl-C during the i
 
 import datetime
 import logging
-from importlib import metadata
 
 import yaml
 
@@ -18,7 +17,7 @@ from specdec.kernels import kernel_build
 from specdec.study.io import read_parquets, write_csv, write_text
 from specdec.study.llamacpp import read_build_manifest
 from specdec.study.logs import log_to
-from specdec.study.machine import machine_record
+from specdec.study.machine import machine_record, package_versions
 from specdec.study.vs_llamacpp import format_ratios, summarize
 from specdec.study.wheels import sha256_file
 
@@ -42,19 +41,13 @@ def main(snakemake):
             "settings": dict(p.settings),
             "target": p.target,
             "gguf": {name: {"path": path, "sha256": sha256_file(path)} for name, path in p.gguf_files.items()},
-            "packages": {n: _version(n) for n in ("specdec", "torch", "gguf", "pandas", "numpy", "snakemake")},
+            "packages": package_versions(("specdec", "torch", "gguf", "pandas", "numpy", "snakemake")),
             "n_runs": len(runs),
             "runs_per_method": runs.groupby(["engine", "draft", "k"]).size().rename("n").reset_index()
                                    .to_dict("records"),
         }
         write_text(yaml.safe_dump(record, sort_keys=False), snakemake.output.provenance)
 
-
-def _version(name):
-    try:
-        return metadata.version(name)
-    except metadata.PackageNotFoundError:
-        return None
 
 
 if "snakemake" in globals():
