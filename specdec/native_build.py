@@ -55,4 +55,3 @@ def stale_native_modules() -> list[str]:
     their timings and results would describe other code."""
     return [name for name, module in loaded_modules().items()
             if module is not None and source_path(name).is_file() and build_id(name) != module.build()]
-

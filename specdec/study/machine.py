@@ -75,4 +75,3 @@ def package_versions(names) -> dict:
         except metadata.PackageNotFoundError:
             found[name] = None
     return found
-

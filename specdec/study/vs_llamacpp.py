@@ -12,11 +12,10 @@ counters: a fresh process per run, so its model load is never counted).
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 
 from .divergence import first_difference
@@ -76,7 +75,7 @@ def run_ours(method: Method, input_ids, max_new_tokens: int, *, target, proposer
 
 
 def llamacpp_row(method: Method, parsed: Mapping) -> dict:
-    """Our row's fields from llama.cpp's parsed output (runs._decode_run): its emitted pieces stand in for tokens
+    """Our row's fields from llama.cpp's parsed output (llamacpp.decode_run): its emitted pieces stand in for tokens
     (compared with its own plain run's); tokens per pass = 1 + accepted / verify passes, as its '#mean acc len'."""
     row = {"tokens": list(parsed["pieces"]), "n_tokens": int(parsed["n_emitted"]),
            "tokens_per_second": float(parsed["tokens_per_second"]), "prompt_ids": list(parsed.get("prompt_ids", [])),
@@ -146,17 +145,19 @@ def summarize(runs: pd.DataFrame, max_new_tokens: int, seed: int = 0) -> pd.Data
         rate = {(e, d, k): g.set_index(keys)["tokens_per_second"]
                 for (e, d, k), g in cell.groupby(["engine", "draft", "k"], sort=False)}
         llama_plain, our_plain = rate[(LLAMACPP, PLAIN, 0)], rate[(SPECDEC, PLAIN, 0)]
-        plain_ratio = _interval((our_plain / llama_plain.reindex(our_plain.index)).to_numpy(), seed)
+        plain_ratio = bootstrap_median_interval((our_plain / llama_plain.reindex(our_plain.index)).to_numpy(),
+                                                seed=seed)
         for (engine, draft, k), group in cell.groupby(["engine", "draft", "k"], sort=False):
             own = rate[(engine, draft, k)]
             row = {"engine": engine, "draft": draft, "domain": domain, "k": int(k),
                    "n_prompts": group["prompt_id"].nunique(), "n_repeats": group["repeat"].nunique(),
                    "max_new_tokens": int(max_new_tokens)}
             row.update(zip(RATIO_COLUMNS[:3], plain_ratio))
-            row.update(zip(RATIO_COLUMNS[3:], _interval((own / llama_plain.reindex(own.index)).to_numpy(), seed)))
+            row.update(zip(RATIO_COLUMNS[3:], bootstrap_median_interval(
+                (own / llama_plain.reindex(own.index)).to_numpy(), seed=seed)))
             plain = rate[(engine, PLAIN, 0)]
             row.update(zip(["speedup", "speedup_lo", "speedup_hi"],
-                           _interval((own / plain.reindex(own.index)).to_numpy(), seed)))
+                           bootstrap_median_interval((own / plain.reindex(own.index)).to_numpy(), seed=seed)))
             drafted = group["drafted"].sum()
             row.update({"tokens_per_s": float(own.median()), "plain_tokens_per_s": float(plain.median()),
                         "llamacpp_plain_tokens_per_s": float(llama_plain.median()),
@@ -166,10 +167,6 @@ def summarize(runs: pd.DataFrame, max_new_tokens: int, seed: int = 0) -> pd.Data
                         "n_same_prompt_ids": int(group["same_prompt_ids"].fillna(False).astype(bool).sum())})
             rows.append(row)
     return pd.DataFrame(rows, columns=TABLE_COLUMNS)
-
-
-def _interval(values: np.ndarray, seed: int) -> tuple[float, float, float]:
-    return bootstrap_median_interval(values, seed=seed)
 
 
 def format_ratios(table: pd.DataFrame) -> str:
@@ -188,18 +185,16 @@ def llamacpp_runner(bin_dir, target_file, draft_file, settings, workdir: str | P
                     raw: Callable[[str, str], None] | None = None) -> Callable[[Method, object, int], dict]:
     """run_llamacpp for side_by_side_job: one llama.cpp process per run (plain or speculative), on the prompt's
     chat text written once per prompt under workdir."""
-    from dataclasses import replace
-
     from .llamacpp.commands import write_prompt
     from .llamacpp.runs import PLAIN as LLAMA_PLAIN
-    from .llamacpp.runs import _decode_run
+    from .llamacpp.runs import decode_run
 
     files: dict[str, Path] = {}
 
     def run(method: Method, prompt, max_new_tokens: int) -> dict:
         if prompt.prompt_id not in files:
             files[prompt.prompt_id] = write_prompt(prompt.chat_text, Path(workdir) / f"prompt{len(files)}.txt")
-        parsed = _decode_run(LLAMA_PLAIN if method.plain else method.k, bin_dir=bin_dir, target=target_file,
+        parsed = decode_run(LLAMA_PLAIN if method.plain else method.k, bin_dir=bin_dir, target=target_file,
                              draft=draft_file, prompt_file=files[prompt.prompt_id],
                              settings=replace(settings, max_new_tokens=max_new_tokens), raw=raw,
                              label=str(prompt.prompt_id))

@@ -391,7 +391,6 @@ def llamacpp_engine_files():
                   + glob.glob(f"{R}/sweep/runs/greedy/*/*/k*/seed0/sequences.parquet"))
 
 
-
 # The side-by-side job (vs_llamacpp rules): our engine in the gguf regime next to llama.cpp on the same files.
 VS_LLAMACPP = _llamacpp.side_by_side_settings(config)
 
@@ -417,6 +416,7 @@ def vs_llamacpp_inputs(wildcards):
     files = vs_llamacpp_gguf_files()
     return {"target": files[config["target"]], "llamacpp_draft": files[VS_LLAMACPP["llamacpp"]["draft"]],
             **{f"draft_{name}": files[name] for name in files if name != config["target"]}}
+
 
 # --- the gguf regime: checked at start --------------------------------------------------------------------------
 def gguf_decoded_drafts():

@@ -13,6 +13,7 @@ from pathlib import Path
 import pandas as pd
 
 from specdec.drafts import load_plugins
+from specdec.drafts.registry import gguf_draft_source
 from specdec.loading import Runtime
 from specdec.study.io import write_parquet
 from specdec.study.jobs import load_target, make_draft
@@ -33,11 +34,13 @@ def main(snakemake):
         if p.prompts_per_domain:
             prompts = prompts.head(int(p.prompts_per_domain))
         n = int(s["max_new_tokens"])
-        target, vocabulary = load_target(inputs.target, runtime, None, int(prompts["input_ids"].map(len).max()) + n + 1)
+        longest = int(prompts["input_ids"].map(len).max()) + n + 1  # the static KV cache's positions
+        target, vocabulary = load_target(inputs.target, runtime, None, longest)
         proposers = {}
         for name, spec in p.draft_specs.items():
-            source = spec.get("model") or name
-            proposers[name] = make_draft(name, dict(spec), target, vocabulary, inputs.get(f"draft_{source}"), runtime)
+            source = gguf_draft_source(name, spec)  # (the model whose file it runs, layers), or None: no model
+            path = inputs.get(f"draft_{source[0]}") if source else None
+            proposers[name] = make_draft(name, dict(spec), target, vocabulary, path, runtime)
         llama = s["llamacpp"]
         methods = methods_for(s["drafts"], llama["draft"], int(llama["k"]))
         log.info("%d prompts, %d new tokens, methods: %s", len(prompts), n, ", ".join(map(str, methods)))

@@ -31,7 +31,7 @@ from .costs import cost_seconds, predicted_llamacpp_speedup, step_costs
 from .errors import LlamaCppBuildError, LlamaCppError, LlamaCppParseError, LlamaCppRunError
 from .gguf_files import export_gguf, gguf_facts
 from .parse import CLOSING, JsonlLog, parse_bench, parse_plain, parse_speculative, read_jsonl_log
-from .runs import PLAIN, bench_job, decode_job, run_tool
+from .runs import PLAIN, bench_job, decode_job, decode_run, run_tool
 from .source import fetch_source, sdist_name
 from .table import TABLE_COLUMNS, engine_scale, engine_speeds, summarize
 from .toolchain import check_toolchain, find_tool
@@ -42,6 +42,6 @@ __all__ = [
     "bench_job", "build_llamacpp", "check_toolchain", "cost_seconds", "decode_job", "engine_scale", "engine_speeds",
     "export_gguf", "fetch_source", "find_tool", "first_difference", "gguf_facts", "parse_bench", "parse_plain",
     "parse_speculative", "plain_command", "predicted_llamacpp_speedup", "read_build_manifest", "read_jsonl_log",
-    "run_tool", "sdist_name", "settings", "side_by_side_settings", "SIDE_BY_SIDE_DEFAULTS", "speculative_command", "step_costs", "summarize", "vendored_commit",
-    "write_prompt",
+    "run_tool", "sdist_name", "settings", "side_by_side_settings", "SIDE_BY_SIDE_DEFAULTS", "speculative_command",
+    "step_costs", "summarize", "vendored_commit", "write_prompt", "decode_run",
 ]

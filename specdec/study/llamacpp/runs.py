@@ -39,7 +39,7 @@ def run_tool(cmd: Sequence[str], timeout: float | None = None) -> subprocess.Com
 PLAIN = "plain"
 
 
-def _decode_run(method, *, bin_dir, target, draft, prompt_file: Path, settings: RunSettings,
+def decode_run(method, *, bin_dir, target, draft, prompt_file: Path, settings: RunSettings,
                 raw: Callable[[str, str], None] | None, label: str) -> dict:
     """One llama.cpp process: the plain run (method PLAIN) or the speculative run at k = method, parsed."""
     if method == PLAIN:
@@ -72,7 +72,7 @@ def decode_job(prompts: pd.DataFrame, *, bin_dir, target, draft, ks: Sequence[in
         for index, prompt in enumerate(prompts.itertuples(index=False)):
             prompt_file = write_prompt(prompt.chat_text, Path(tmp) / f"prompt{index}.txt")  # ids may hold '/'
             for repeat in range(repeats):
-                run = partial(_decode_run, bin_dir=bin_dir, target=target, draft=draft, prompt_file=prompt_file,
+                run = partial(decode_run, bin_dir=bin_dir, target=target, draft=draft, prompt_file=prompt_file,
                               settings=settings, raw=raw, label=f"{prompt.prompt_id} r{repeat}")
                 results = run_in_rotation(methods, index + repeat, run)  # dict in the order they ran
                 plain = results[PLAIN]
