@@ -204,6 +204,9 @@ def generate_speculative(
     target_lm = as_session(target)
     proposer = as_proposer(draft)
     check_compatible(target_lm, proposer)
+    attach_target = getattr(proposer, "attach_target", None)
+    if attach_target is not None:  # a draft that reads the target's own state (a feature head), before any pass
+        attach_target(target_lm)
     draft_kernel = _draft_kernel(proposer)
     eos_ids = target_lm.eos_token_ids
     generator = torch.Generator().manual_seed(seed)

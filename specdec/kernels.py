@@ -24,6 +24,14 @@ import torch
 from torch import nn
 
 from . import native_build
+from .kernel_tables import (  # noqa: F401  (the table readers, re-exported)
+    BF16_BACKENDS,
+    BF16_CHOICES,
+    backend_spans,
+    bf16_tables,
+    fastest_backends,
+    tables_from_timings,
+)
 
 try:
     from . import _linear
@@ -157,9 +165,7 @@ class WeightMajorLinear(BackendLinear):
 
 # Products of a bf16 weight: torch's own bf16 product; the AVX2 kernel reading the bf16 weights.
 BF16_PRODUCTS: dict[str, Callable] = {"bf16": _linear_backend, "avx2-bf16": _avx2_bf16}
-BF16_BACKENDS = tuple(BF16_PRODUCTS)
-# What a bf16 layer can run a product on: a bf16 product, or the fp32 copy of the same values.
-BF16_CHOICES = (*BF16_BACKENDS, "bf16-as-fp32")
+assert tuple(BF16_PRODUCTS) == BF16_BACKENDS  # kernel_tables names them for the torch-free table readers
 # Rows up to which each bf16 product beats the fp32 copy on the AMD machines (bench/bf16_draft_step.py --positions,
 # docs/performance.md, "A bf16 draft"): torch's emulated bf16 product falls behind past ~8 rows; the AVX2 kernel
 # (every bf16 weight read once per 16 rows) stays ahead to 24-40 rows (a hybrid's catch-up), behind from ~48.
@@ -304,22 +310,6 @@ def use_backends(model: nn.Module, backend: str = "linear",
         if linear.weight.dtype == torch.float32 else None)
 
 
-def backend_spans(tables: Mapping[str, Mapping[int, str]]) -> dict[str, dict[str, str]]:
-    """`fastest_backends` tables written compactly, per shape runs of row counts: {"1-3": "avx2", "4": "linear"}."""
-    spans_by_shape = {}
-    for shape, table in tables.items():
-        spans: list[list] = []  # [first rows, last rows, backend]
-        for rows, backend in sorted((rows, name) for rows, name in table.items() if rows != "beyond"):
-            if spans and spans[-1][2] == backend and spans[-1][1] == rows - 1:
-                spans[-1][1] = rows
-            else:
-                spans.append([rows, rows, backend])
-        spans_by_shape[shape] = {(str(a) if a == b else f"{a}-{b}"): name for a, b, name in spans}
-        if "beyond" in table:  # a bf16 table's prompt-pass product
-            spans_by_shape[shape]["beyond"] = table["beyond"]
-    return spans_by_shape
-
-
 def linear_backends(model: nn.Module, rows: int) -> str:
     """The backends the model's linear layers use for a product of `rows` rows, e.g. "avx2" or "avx2+linear"."""
     used = {m.backend_for(rows) for m in model.modules() if hasattr(m, "backend_for")}
@@ -422,26 +412,6 @@ def time_bf16_products(model: nn.Module, rows: Iterable[int] = BF16_TUNED_ROWS, 
                           torch.bfloat16, log)
 
 
-def bf16_tables(timings: Iterable[Mapping]) -> dict[str, dict]:
-    """Per weight shape, the fastest bf16 product per timed row count and, under "beyond", the faster at the
-    largest timed count of the two that scale with rows (torch's bf16, the fp32 copy): the AVX2 kernel reads every
-    weight once per 16 rows and falls behind both on a prompt pass."""
-    timings = list(timings)
-    largest = max(int(t["rows"]) for t in timings)
-    tables = fastest_backends(timings)
-    scaling = fastest_backends([t for t in timings if int(t["rows"]) == largest and t["backend"] != "avx2-bf16"])
-    return {key: {**table, "beyond": scaling[key][largest]} for key, table in tables.items()}
-
-
-def tables_from_timings(timings: Iterable[Mapping]) -> dict[str, dict]:
-    """A kernel table file's timings as the tables a model loads with: bf16 ones (`bf16_tables`) when they time
-    bf16 products, else the fastest fp32 backend per shape and row count (`fastest_backends`)."""
-    timings = list(timings)
-    if timings and all(t["backend"] in BF16_CHOICES for t in timings):
-        return bf16_tables(timings)
-    return fastest_backends(timings)
-
-
 def apply_bf16_tables(model: nn.Module, tables: Mapping[str, Mapping], per_row_count: bool = True) -> None:
     """Give every RowAdaptiveBf16Linear its shape's measured choices (`bf16_tables`): per row count and beyond, or,
     with per_row_count False (the batch-invariant setup), only the product beyond its bf16 rows."""
@@ -462,17 +432,4 @@ def tune_row_adaptive_bf16(model: nn.Module, rows: Iterable[int] = BF16_TUNED_RO
     (docs/performance.md). Returns the tables ("out x in" -> {rows: product, "beyond": product})."""
     tables = bf16_tables(time_bf16_products(model, rows, repeats, log))
     apply_bf16_tables(model, tables)
-    return tables
-
-
-def fastest_backends(timings: Iterable[Mapping]) -> dict[str, dict[int, str]]:
-    """Per weight shape and row count, the backend with the least median seconds (`time_backends` rows)."""
-    best: dict[tuple[str, int], Mapping] = {}
-    for row in timings:
-        key = (row["shape"], int(row["rows"]))
-        if key not in best or row["seconds"] < best[key]["seconds"]:
-            best[key] = row
-    tables: dict[str, dict[int, str]] = {}
-    for (shape, rows), row in sorted(best.items()):
-        tables.setdefault(shape, {})[rows] = row["backend"]
     return tables

@@ -60,10 +60,26 @@ class CachedLM:
         self.eos_token_ids = frozenset(eos_token_ids) if eos_token_ids is not None else eos_ids_of(model)
         self._cache = DynamicCache(config=model.config)
         self._kernels: dict[int, str] = {}
+        self._features: FeatureBuffer | None = None
 
     @property
     def length(self) -> int:
         return self._cache.get_seq_length()
+
+    def keep_hidden_states(self) -> None:
+        """From now on keep the final hidden state (after the final norm: what the LM head reads) of every position
+        the model computes, for a draft that reads them (a feature head). The forward computes them anyway."""
+        if self._features is None:
+            self._features = FeatureBuffer(first=self.length)
+
+    def _record_features(self, module, args, output) -> None:
+        self._features.append(output.last_hidden_state[0])
+
+    def hidden_states(self, start: int, end: int) -> torch.Tensor:
+        """(end - start, hidden) final hidden states of positions start..end-1 (keep_hidden_states first)."""
+        if self._features is None:
+            raise RuntimeError("hidden_states needs keep_hidden_states() before the positions are computed")
+        return self._features.rows(start, end)
 
     def kernel_for(self, rows: int) -> str:
         """The linear backends a forward over `rows` positions runs on (recorded with each step)."""
@@ -73,6 +89,8 @@ class CachedLM:
 
     def reset(self) -> None:
         self._cache = DynamicCache(config=self.model.config)
+        if self._features is not None:
+            self._features.crop(0)
 
     @torch.inference_mode()
     def extend(self, tokens: Sequence[int], n_logits: int) -> torch.Tensor:
@@ -80,7 +98,13 @@ class CachedLM:
             raise ValueError("extend needs at least one token")
         input_ids = torch.tensor([list(tokens)], dtype=torch.long, device=self.device)
         # logits_to_keep: the LM head (vocab x hidden) only runs on the positions we decide on.
-        out = self.model(input_ids=input_ids, cache=self._cache, use_cache=True, logits_to_keep=n_logits)
+        # the features: a hook on the decoder for this forward only (other sessions may share the model)
+        hook = self.model.get_decoder().register_forward_hook(self._record_features) if self._features is not None else None
+        try:
+            out = self.model(input_ids=input_ids, cache=self._cache, use_cache=True, logits_to_keep=n_logits)
+        finally:
+            if hook is not None:
+                hook.remove()
         return out.logits[0].float().cpu()
 
     def crop(self, length: int) -> None:
@@ -90,6 +114,39 @@ class CachedLM:
         if excess:
             # transformers 5.x: a negative argument removes that many trailing positions.
             self._cache.crop(-excess)
+        if self._features is not None:
+            self._features.crop(length)
+
+
+class FeatureBuffer:
+    """Rows of positions first..length-1, appended per forward and cut back at a crop, in a buffer that doubles (no
+    copy of the whole per step). first: the session's length when it began keeping them (earlier ones are unknown)."""
+
+    def __init__(self, first: int = 0):
+        self._rows: torch.Tensor | None = None
+        self.first = self.length = first
+
+    def append(self, rows: torch.Tensor) -> None:
+        rows = rows.detach()
+        held, end = self.length - self.first, self.length - self.first + rows.shape[0]
+        if self._rows is None or end > self._rows.shape[0] or self._rows.dtype != rows.dtype:
+            grown = rows.new_empty((max(2 * end, 64), rows.shape[1]))
+            if self._rows is not None and held:
+                grown[:held] = self._rows[:held]
+            self._rows = grown
+        self._rows[held:end] = rows
+        self.length += rows.shape[0]
+
+    def rows(self, start: int, end: int) -> torch.Tensor:
+        if not self.first <= start <= end <= self.length:
+            raise IndexError(f"hidden states of positions {start}..{end - 1} asked; positions {self.first}.."
+                             f"{self.length - 1} are held (kept from position {self.first} on)")
+        return self._rows[start - self.first:end - self.first]
+
+    def crop(self, length: int) -> None:
+        if length < self.first:  # a reset or a crop below what was kept: start again from there
+            self.first = length
+        self.length = min(self.length, length)
 
 
 class PrefixMemoLM:
@@ -123,6 +180,7 @@ class PrefixMemoLM:
         self._tokens: list[int] = []
         self._fed: list[int] = []  # the tokens the inner KV cache holds
         self._memo: dict[tuple[int, ...], torch.Tensor] = {}
+        self._hidden: dict[tuple[int, ...], torch.Tensor] | None = None  # per prefix, with keep_hidden_states
         self._frozen = False
         self.model_calls = 0
 
@@ -158,6 +216,30 @@ class PrefixMemoLM:
         view.restrict(columns)
         return view
 
+    def keep_hidden_states(self) -> None:
+        """Memoise each prefix's final hidden state too (CachedLM.keep_hidden_states), for hidden_states()."""
+        if self._hidden is None:
+            if self._memo and self._frozen:
+                raise RuntimeError("keep_hidden_states on a restricted memo that kept none")
+            self._memo.clear()  # computed without their hidden states: computed again on demand
+            self._hidden = {}
+            self._model.reset()
+            self._fed = []
+            self._model.keep_hidden_states()
+
+    def hidden_states(self, start: int, end: int) -> torch.Tensor:
+        """(end - start, hidden) final hidden states of positions start..end-1 of the current sequence."""
+        if self._hidden is None:
+            raise RuntimeError("hidden_states needs keep_hidden_states() first")
+        if not 0 <= start <= end <= len(self._tokens):
+            raise IndexError(f"hidden states of positions {start}..{end - 1} asked; {len(self._tokens)} are held")
+        keys = [self._key(tuple(self._tokens[: i + 1])) for i in range(start, end)]
+        for key in keys:
+            self.next_token_logits(key)  # computes a prefix not seen yet
+        if not keys:
+            return torch.empty(0, self._model.model.config.hidden_size)
+        return torch.stack([self._hidden[key] for key in keys])
+
     def _key(self, prefix: tuple[int, ...]) -> tuple[int, ...]:
         if self.exact_depth is None or self._root_length is None:
             return prefix
@@ -179,6 +261,9 @@ class PrefixMemoLM:
         self.model_calls += 1
         for i, row in enumerate(logits):
             self._memo.setdefault(prefix[: common + i + 1], row)
+        if self._hidden is not None:
+            for i, row in enumerate(self._model.hidden_states(common, len(prefix))):
+                self._hidden.setdefault(prefix[: common + i + 1], row.clone())
 
     def next_token_logits(self, prefix: tuple[int, ...]) -> torch.Tensor:
         key = self._key(tuple(prefix))

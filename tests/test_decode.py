@@ -16,7 +16,7 @@ from specdec.lm import CachedLM
 from specdec.testing import perturbed_copy, tiny_qwen2
 
 VOCAB = 64
-N_PROMPTS = 16
+N_PROMPTS = 10
 KS = [1, 2, 3, 5, 8]  # k = 1, small, odd, large: the fast tier's budget (README) allows five
 MAX_NEW = 16
 BF16_BACKEND = "avx2-bf16" if "avx2-bf16" in available_bf16_backends() else "bf16"

@@ -46,10 +46,11 @@ ROOT = Path(__file__).resolve().parents[1]
 ALPHA = 0.01
 FAMILY_SIZE = 9  # 5 one-step (p, q) pairs + 2 end-to-end settings + 2 memoised-pair checks (fp32 and bf16 draft)
 THRESHOLD = ALPHA / FAMILY_SIZE
-# Sized to the fast tier's budget: at 8,000 samples the wrong samplers below are still rejected by chi-square
-# values of 1,000-51,000 against 62-83 degrees of freedom (p < 1e-170; at 20,000 they were 2,500-130,000).
-ONE_STEP_SAMPLES = 8_000
-END_TO_END_SAMPLES = 8_000
+# Sized to the suite's budget: at 3,000 samples the subtlest wrong sampler below (the residual drawn from p) is still
+# rejected by a chi-square of 767 on 54 degrees of freedom one step at a time (p ~ 1e-126) and of 348 on 50 end to
+# end (p ~ 1e-46), the others by 13,500+ (measured 2026-12-01; at 8,000 and 20,000 samples the margins only grew).
+ONE_STEP_SAMPLES = 3_000
+END_TO_END_SAMPLES = 3_000
 V = 5
 LENGTH = 3  # tokens per one-step sequence: positions 0..2
 K = 2
@@ -626,3 +627,9 @@ def test_the_stronger_wrong_sampler_is_used_where_the_first_has_no_power():
                                   STUDY_WRONG_SAMPLERS[1].name: pytest.approx(0.2)}
     # with a cap that reaches the subtle one, it is preferred
     assert plan_test(exact, laws, 0.001, max_samples=10 ** 6).sampler == STUDY_WRONG_SAMPLERS[0].name
+
+
+def test_the_verdicts_default_wrong_sampler_is_the_checks_first():
+    from specdec.study.distribution_verdict import FIRST_WRONG_SAMPLER
+
+    assert FIRST_WRONG_SAMPLER == STUDY_WRONG_SAMPLERS[0].name

@@ -47,3 +47,17 @@ def test_no_draft_kind_is_dispatched_on_its_name_outside_the_registry():
             if pattern.search(line):
                 offenders.append(f"{path.relative_to(REPO)}:{number}: {line.strip()}")
     assert offenders == []
+
+
+# What the workflow's table and plot stages import: no torch, no transformers (each import costs a job several
+# seconds; a study runs dozens of these jobs). One interpreter for all: imports only add modules.
+TABLE_STAGE_MODULES = ["specdec.kernel_tables", "specdec.native_build", "specdec.drafts", "specdec.study.io",
+                       "specdec.study.analysis", "specdec.study.costmodel", "specdec.study.prediction",
+                       "specdec.study.machine", "specdec.study.machines", "specdec.study.distribution_verdict"]
+
+
+def test_the_table_stages_import_neither_torch_nor_transformers():
+    code = (f"import sys, {', '.join(TABLE_STAGE_MODULES)}; print(sorted({{m.split('.')[0] for m in sys.modules}} & "
+            "{'torch', 'transformers'}))")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO)
+    assert result.returncode == 0 and result.stdout.strip() == "[]", result.stdout + result.stderr[-500:]

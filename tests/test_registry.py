@@ -44,10 +44,14 @@ def example_spec(kind: DraftKind) -> dict:
 
 
 def build(kind_name: str, target, draft_model) -> object:
-    kind = get_kind(kind_name)
+    """The kind's proposer over `draft_model` (a kind whose model is not a Hugging Face model, e.g. a feature
+    head: a fresh untrained one of its own, made for the target)."""
+    kind, spec = get_kind(kind_name), example_spec(get_kind(kind_name))
+    if kind.untrained is not None:
+        draft_model = kind.untrained(spec, target)
     resources = DraftResources(target=target, vocab_size=target.config.vocab_size, eos_token_ids=frozenset(),
                                draft_model=(lambda: draft_model) if kind.model else None)
-    return kind.build(example_spec(kind), resources)
+    return kind.build(spec, resources)
 
 
 def memoised(proposer):
@@ -65,7 +69,8 @@ THRESHOLD = ALPHA / len(KINDS)
 
 
 def test_every_builtin_kind_and_the_toy_are_registered():
-    assert {"model", "truncated", "distilled", "early_exit", "prompt_lookup", "hybrid", "repeat_last"} <= set(KINDS)
+    assert {"model", "truncated", "distilled", "early_exit", "prompt_lookup", "hybrid", "feature_head",
+            "repeat_last"} <= set(KINDS)
 
 
 # --- greedy identity ------------------------------------------------------------------------------------------------

@@ -4,6 +4,8 @@ The decoding loop calls `prefill(prompt)` once, then per block `propose(context,
 has verified, `rollback(valid_length)` with the length of the prefix the draft may keep. A proposer that holds
 state (a KV cache) keeps whatever of it is still a prefix of the context; the rest is fed again next time.
 A proposal may hold fewer than k tokens, or none: the loop then runs a plain one-token target step.
+A proposer that reads the target's own state (a feature head) also has `attach_target(session)`: the loop calls it
+with the target session it runs, before the prompt pass.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 import torch
 
@@ -10,6 +10,9 @@ from ..sampling import SamplingConfig
 from .base import Proposal
 from .lookup import PromptLookupDraft
 from .model import ModelDraft
+
+if TYPE_CHECKING:
+    from .feature_head import FeatureHeadDraft
 
 
 def lookup_drafts_block(lookup_tokens: Sequence[int]) -> bool:
@@ -29,12 +32,18 @@ class HybridDraft:
     they are drafted; its next proposal catches up on them in one call (recorded as catch-up), and its first one on
     the prompt too (the model's prompt pass is deferred until a block needs it)."""
 
-    def __init__(self, lookup: PromptLookupDraft, model: ModelDraft):
+    def __init__(self, lookup: PromptLookupDraft, model: ModelDraft | FeatureHeadDraft):
         if lookup.vocab_size != model.vocab_size:
             raise ValueError(f"lookup proposes over {lookup.vocab_size} tokens, the model draft over "
                              f"{model.vocab_size}: both must use the target's vocabulary")
         self.lookup, self.model = lookup, model
         self.vocab_size = model.vocab_size
+
+    def attach_target(self, session) -> None:
+        """Hands the loop's target session on to a model draft that reads it (a feature head)."""
+        attach = getattr(self.model, "attach_target", None)
+        if attach is not None:
+            attach(session)
 
     def prefill(self, prompt: Sequence[int]) -> float:
         # The model's prompt pass waits for the first block lookup cannot draft: on text that repeats itself

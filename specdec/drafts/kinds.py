@@ -46,6 +46,27 @@ def _hybrid(spec: Mapping, resources: DraftResources):
     return HybridDraft(_lookup(spec, resources), _model_draft(spec, resources))
 
 
+def _feature_head(spec: Mapping, resources: DraftResources):
+    from .feature_head import FeatureHeadDraft
+    from .hybrid import HybridDraft
+
+    head = FeatureHeadDraft(resources.draft_model(), resources.target, eos_token_ids=sorted(resources.eos_token_ids))
+    return HybridDraft(_lookup(spec, resources), head) if spec.get("lookup") else head
+
+
+def _load_feature_head(directory, target):
+    from .feature_head import FeatureHead
+
+    return FeatureHead.load(directory)
+
+
+def _untrained_feature_head(spec: Mapping, target):
+    from .feature_head import untrained_head
+
+    vocab = spec.get("vocab")  # untrained: the first ids (training takes the most frequent tokens of its data)
+    return untrained_head(target, None if vocab is None else range(min(vocab, target.config.vocab_size)))
+
+
 def _named_model_cost(name: str, spec: Mapping) -> DraftCost:
     return DraftCost(model=spec["model"], dtype=spec.get("dtype"))
 
@@ -69,6 +90,16 @@ register(DraftKind(
     "distilled", _model_draft, {**MODEL_FIELDS, "layers": LAYERS, "training": {"$ref": "#/$defs/training"}},
     required=("model", "layers"), model="own", made_by="distill", cost=_own_model_cost,
     description="the first `layers` layers of `model`, trained on the target's distributions (distill_draft)"))
+register(DraftKind(
+    "feature_head", _feature_head,
+    {"vocab": {"type": "integer", "minimum": 2, "description": "drafting vocabulary: the most frequent tokens of "
+                                                                 "the training data (default: every token)"},
+     "training": {"type": "object", "description": "the head's training (docs/feature-head.md)"},
+     "lookup": {"type": "boolean", "description": "prompt lookup where it finds a match, the head elsewhere (as the "
+                                                  "hybrid kind)"}, **LOOKUP_FIELDS},
+    model="own", made_by="train_feature_head", load=_load_feature_head, untrained=_untrained_feature_head,
+    description="one decoder layer over the target's own features and its norm and head (EAGLE-style), trained "
+                "here on the target's answers"))
 register(DraftKind(
     "early_exit", _early_exit, {"layers": LAYERS, "min_confidence": MIN_CONFIDENCE}, required=("layers",),
     cost=lambda name, spec: DraftCost(target_layers=int(spec["layers"])),

@@ -71,6 +71,11 @@ class DraftKind:
     # an "own" model that is the first `layers` layers of its `model` (truncated): the gguf regime runs those layers
     # of that model's GGUF file over the same weights, with no file of its own
     gguf_cut: bool = False
+    # an "own" model that is not a prepared Hugging Face model directory: (directory, target) -> the model its build
+    # gets from `draft_model`; and (spec, target) -> a fresh untrained one (what training starts from; the shared
+    # tests of every kind run it)
+    load: Callable[[Any, Any], Any] | None = None
+    untrained: Callable[[Mapping, Any], Any] | None = None
 
     def __post_init__(self):
         if self.model not in (None, "named", "own"):

@@ -96,6 +96,10 @@ def check_config_semantics(config: dict) -> None:
             if entry["set"] not in config["prompt_sources"]:
                 raise ConfigError(f"config key '{key}.{domain}.sources': prompt set {entry['set']!r} is not "
                                   f"defined under 'prompt_sources' (defined: {sorted(config['prompt_sources'])})")
+    for name in (config["decoding"].get("sampled") or {}).get("drafts") or []:
+        if name not in config["drafts"]:
+            raise ConfigError(f"config key 'decoding.sampled.drafts': {name!r} is not a studied draft (under "
+                              f"'drafts': {config['drafts']})")
     for name in (config.get("distribution_check") or {}).get("drafts") or []:
         if name not in defined or kind_of(name).model is None:
             raise ConfigError(f"config key 'distribution_check.drafts': {name!r} is not a draft (under 'models' or "

@@ -115,7 +115,7 @@ def distill(student, sequences: pd.DataFrame, tensors: dict[str, torch.Tensor], 
     curve: list[dict] = []
     first = 0
     if checkpoint_dir is not None and (Path(checkpoint_dir) / "state.json").exists():
-        first, curve = _load_checkpoint(student, optimizer, Path(checkpoint_dir))
+        first, curve = load_checkpoint(student, optimizer, Path(checkpoint_dir))
         log(f"resuming from step {first}")
     rng = np.random.default_rng(settings.seed)
     for _ in range(first):  # the same batches as an uninterrupted run
@@ -132,14 +132,14 @@ def distill(student, sequences: pd.DataFrame, tensors: dict[str, torch.Tensor], 
         curve.append({"step": step + 1, "loss": loss.item(), "seconds": time.perf_counter() - start})
         log(f"step {step + 1}/{settings.steps}: loss {curve[-1]['loss']:.4f} ({curve[-1]['seconds']:.1f}s)")
         if checkpoint_dir is not None and ((step + 1) % settings.checkpoint_every == 0 or step + 1 == settings.steps):
-            _save_checkpoint(student, optimizer, Path(checkpoint_dir), step + 1, curve, settings)
+            save_checkpoint(student, optimizer, Path(checkpoint_dir), step + 1, curve, settings)
     student.eval()
     for p in student.parameters():
         p.requires_grad_(False)
     return pd.DataFrame(curve, columns=["step", "loss", "seconds"])
 
 
-def _save_checkpoint(student, optimizer, directory: Path, step: int, curve: list[dict], settings) -> None:
+def save_checkpoint(student, optimizer, directory: Path, step: int, curve: list[dict], settings) -> None:
     directory.mkdir(parents=True, exist_ok=True)
     weights = {k: v.detach().contiguous() for k, v in student.state_dict().items()}
     # tied weights share storage; safetensors refuses aliases, so save each distinct tensor once
@@ -156,7 +156,7 @@ def _save_checkpoint(student, optimizer, directory: Path, step: int, curve: list
                directory / "state.json")  # last: marks the checkpoint complete
 
 
-def _load_checkpoint(student, optimizer, directory: Path) -> tuple[int, list[dict]]:
+def load_checkpoint(student, optimizer, directory: Path) -> tuple[int, list[dict]]:
     state = json.loads((directory / "state.json").read_text())
     student.load_state_dict(load_file(str(directory / "student.safetensors")), strict=False)
     optimizer.load_state_dict(torch.load(directory / "optimizer.pt", weights_only=True))

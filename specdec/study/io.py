@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import tempfile
 from pathlib import Path
 from typing import Iterator
 
 import pandas as pd
+
+from ..kernel_tables import tables_from_timings
 
 
 @contextlib.contextmanager
@@ -30,6 +33,31 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     finally:
         if tmp_path.exists():
             tmp_path.unlink()
+
+
+@contextlib.contextmanager
+def atomic_directory(path: str | os.PathLike) -> Iterator[Path]:
+    """Yield an empty temporary sibling directory of `path`; move it into place (replacing `path`, whose old contents
+    are moved aside first, then deleted) only if the block succeeds, so that a partial directory never looks
+    complete."""
+    out_dir = Path(path)
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out_dir.parent / f".{out_dir.name}.tmp-{os.getpid()}"
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    tmp.mkdir()
+    try:
+        yield tmp
+        old = None
+        if out_dir.exists() or out_dir.is_symlink():
+            old = out_dir.parent / f".{out_dir.name}.old-{os.getpid()}"
+            os.replace(out_dir, old)
+        os.replace(tmp, out_dir)
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp)
 
 
 def read_table(path: str | os.PathLike) -> pd.DataFrame:
@@ -64,3 +92,9 @@ def write_figure(fig, path: str | os.PathLike) -> None:
     with atomic_path(path) as tmp:
         fig.savefig(tmp, dpi=120, format="png")
     plt.close(fig)
+
+
+def read_backend_tables(path) -> dict[str, dict] | None:
+    """The fastest product per weight shape and row count from a kernel table (time_linear_backends: fp32
+    backends; time_bf16_products: bf16 products with the prompt pass's under "beyond"); None without a path."""
+    return tables_from_timings(pd.read_csv(path).to_dict("records")) if path else None

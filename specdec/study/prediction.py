@@ -13,7 +13,6 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pandas as pd
-import torch
 
 from ..drafts import get_kind
 from .costmodel import AUDIT_KEYS, audited_step_timings, pooled_rates, predicted_speedup, profiled_shapes
@@ -23,6 +22,9 @@ COSTMODEL_COLUMNS = ["draft", "domain", "k", "acceptance", "tokens_per_pass", "c
 EXTRA_COLUMNS = ["measured_decode_speedup", "c_measured", "verify_cost_ratio_measured", "predicted_speedup_pooled",
                  "predicted_decode_speedup",
                  "prefill_share", "drafted_per_block", "n_prompts"]
+
+# bytes per weight of the dtypes a draft may be given (config key draft_kinds.*.dtype): no torch in the table stages
+DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 
 
 def forward_seconds(profiles: pd.DataFrame) -> pd.Series:
@@ -196,7 +198,7 @@ def draft_shapes(draft_specs: dict[str, dict], profile_shapes: dict, target: str
         elif cost.model:
             shapes[name] = profile_shapes[cost.model]
             if cost.dtype:
-                shapes[name] = replace(shapes[name], dtype_bytes=getattr(torch, cost.dtype).itemsize)
+                shapes[name] = replace(shapes[name], dtype_bytes=DTYPE_BYTES[cost.dtype])
         elif cost.target_layers:
             shapes[name] = replace(profile_shapes[target], n_layers=cost.target_layers)
         else:

@@ -16,7 +16,6 @@ from typing import Sequence
 
 import pandas as pd
 import torch
-from transformers import DynamicCache
 
 from .interleave import run_in_rotation
 
@@ -87,6 +86,8 @@ class _ProfileSession:
         generator = torch.Generator().manual_seed(seed)
         tokens = torch.randint(0, self.shape["vocab_size"], (1, context_length + max(positions)), generator=generator)
         self.tokens = tokens.to(device)
+        from transformers import DynamicCache  # here: the bandwidth stage imports this module without it
+
         self.cache = DynamicCache(config=model.config)
         model(input_ids=self.tokens[:, :context_length], cache=self.cache, use_cache=True, logits_to_keep=1)
         self.timer = _HookTimer(components, self.sync)

@@ -103,6 +103,12 @@ def draft_model_name(name):
     return draft_kind(name).model_name(name, draft_spec(name))
 
 
+def draft_hf_model_name(name):
+    """The prepared Hugging Face model a draft loads (what kernel tables are timed on), or None: also None for a
+    kind whose own model is of another kind (a feature head, DraftKind.load)."""
+    return None if draft_kind(name).load is not None else draft_model_name(name)
+
+
 def draft_gguf_model(name):
     """In the gguf regime: the model whose GGUF file a draft runs (a truncated cut: its model's), or None."""
     source = gguf_draft_source(name, draft_spec(name))
@@ -160,8 +166,9 @@ def decode_jobs(setting=None):
     sampled = DECODING.get("sampled")
     if sampled:
         ks = sampled.get("k") or DECODING["k"]
+        drafts = sampled.get("drafts") or config["drafts"]
         jobs += [("sampled", d, dom, k, s) for d, dom, k, s in
-                 itertools.product(config["drafts"], domains, ks, sampled["seeds"])]
+                 itertools.product(drafts, domains, ks, sampled["seeds"])]
     return [j for j in jobs if setting is None or j[0] == setting]
 
 
@@ -253,8 +260,8 @@ def kernel_inputs(wildcards):
         return {}
     tables = {"target_kernels": kernel_table(config["target"], RUNTIME["dtype"])}
     draft = getattr(wildcards, "draft", None)
-    if draft and draft_model_name(draft):
-        tables["draft_kernels"] = kernel_table(draft_model_name(draft), draft_dtype(draft))
+    if draft and draft_hf_model_name(draft):
+        tables["draft_kernels"] = kernel_table(draft_hf_model_name(draft), draft_dtype(draft))
     return tables
 
 
@@ -269,7 +276,7 @@ def study_kernel_tables():
     if GGUF or RUNTIME["linear_kernel"] not in TIMED_KERNELS:
         return []
     tables = [kernel_table(config["target"], RUNTIME["dtype"])]
-    tables += [kernel_table(draft_model_name(d), draft_dtype(d)) for d in config["drafts"] if draft_model_name(d)]
+    tables += [kernel_table(draft_hf_model_name(d), draft_dtype(d)) for d in config["drafts"] if draft_hf_model_name(d)]
     return list(dict.fromkeys(tables))
 
 
@@ -352,7 +359,8 @@ def gguf_models():
 def llamacpp_exported_kinds():
     """Drafts with a model directory of their own (truncated, distilled: made from a model's first layers), exported
     to GGUF from their safetensors."""
-    return [name for name in config.get("draft_kinds", {}) if draft_kind(name).model == "own"]
+    return [name for name in config.get("draft_kinds", {})
+            if draft_kind(name).model == "own" and draft_kind(name).load is None]
 
 
 def llamacpp_drafts():

@@ -16,9 +16,9 @@ from pathlib import Path
 import pandas as pd
 import yaml
 
-from specdec.kernels import backend_spans, kernel_build
-from specdec.study.io import write_text
-from specdec.study.jobs import read_backend_tables
+from specdec.kernel_tables import backend_spans
+from specdec.native_build import kernel_build
+from specdec.study.io import read_backend_tables, write_text
 from specdec.study.logs import log_to
 from specdec.study.machine import machine_record, package_versions
 

@@ -1,0 +1,303 @@
+"""A feature-level draft head (EAGLE-style): one decoder layer that reads the target's own features.
+
+The feature of a position is the target's final hidden state there, after its final norm: what its LM head reads.
+The head's input at position t is [feature(t-1), embedding(token t)] (the target's embeddings), folded to the hidden
+width by `fc`; one decoder layer (attention over the head's own KV cache, MLP) follows, then the target's final norm
+gives the predicted feature of t, and the target's LM head rows of the drafting vocabulary give the logits of the
+token after t. Drafting runs on: the predicted feature of t and the drafted token t+1 make the next input.
+
+The head's KV cache holds only positions whose input was a true target feature; the positions fed with predicted
+features while drafting are dropped at rollback and fed again with the target's (which its verify pass computed
+anyway: `CachedLM.keep_hidden_states`), so every block starts from the target's own state.
+
+The drafting vocabulary (`draft_vocab`, e.g. the most frequent tokens of the training data) keeps q at zero on every
+other token: the exact rule needs nothing of q but that the drafted token was drawn from it.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ..sampling import SamplingConfig, sample_from, warp_logits
+from .base import Proposal
+
+WEIGHTS_FILE, CONFIG_FILE = "feature_head.safetensors", "feature_head.json"
+
+
+@dataclass(frozen=True)
+class HeadConfig:
+    """The head's shapes, taken from the target's (its one layer is shaped like one of the target's layers)."""
+
+    hidden_size: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    intermediate_size: int
+    rope_theta: float
+    rms_eps: float
+    vocab_size: int  # the target's: the width of q
+
+    @classmethod
+    def of_target(cls, config) -> HeadConfig:
+        """From a Hugging Face (Qwen2/Llama-style) config."""
+        head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+        theta = getattr(config, "rope_theta", None) or (getattr(config, "rope_parameters", None) or {}).get(
+            "rope_theta", 10000.0)
+        return cls(config.hidden_size, config.num_attention_heads, config.num_key_value_heads, head_dim,
+                   config.intermediate_size, float(theta), float(config.rms_norm_eps), int(config.vocab_size))
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, width: int, eps: float):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(width))
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x32 = x.float()
+        return (x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)).to(x.dtype) * self.weight
+
+
+@dataclass
+class HeadCache:
+    """Keys and values of the positions the head has seen, (kv_heads, n, head_dim) each; n = 0 before any."""
+
+    keys: torch.Tensor | None = None
+    values: torch.Tensor | None = None
+
+    @property
+    def length(self) -> int:
+        return 0 if self.keys is None else self.keys.shape[1]
+
+    def crop(self, length: int) -> None:
+        if self.keys is not None and length < self.length:
+            self.keys, self.values = self.keys[:, :length], self.values[:, :length]
+
+
+def _rotary(positions: torch.Tensor, head_dim: int, theta: float, dtype: torch.dtype):
+    inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.float) / head_dim))
+    angles = positions.float()[:, None] * inv_freq
+    emb = torch.cat([angles, angles], dim=-1)
+    return emb.cos().to(dtype), emb.sin().to(dtype)
+
+
+def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    half = x.shape[-1] // 2
+    return x * cos + torch.cat([-x[..., half:], x[..., :half]], dim=-1) * sin
+
+
+class FeatureHead(nn.Module):
+    """fc over [feature, embedding], one pre-norm decoder layer; returns its output before the target's final norm."""
+
+    def __init__(self, config: HeadConfig, draft_vocab: Sequence[int] | None = None):
+        super().__init__()
+        c = self.config = config
+        width, kv_width = c.heads * c.head_dim, c.kv_heads * c.head_dim
+        self.fc = nn.Linear(2 * c.hidden_size, c.hidden_size, bias=False)
+        self.attn_norm = RMSNorm(c.hidden_size, c.rms_eps)
+        self.q_proj = nn.Linear(c.hidden_size, width, bias=True)
+        self.k_proj = nn.Linear(c.hidden_size, kv_width, bias=True)
+        self.v_proj = nn.Linear(c.hidden_size, kv_width, bias=True)
+        self.o_proj = nn.Linear(width, c.hidden_size, bias=False)
+        self.ffn_norm = RMSNorm(c.hidden_size, c.rms_eps)
+        self.gate_proj = nn.Linear(c.hidden_size, c.intermediate_size, bias=False)
+        self.up_proj = nn.Linear(c.hidden_size, c.intermediate_size, bias=False)
+        self.down_proj = nn.Linear(c.intermediate_size, c.hidden_size, bias=False)
+        vocab = torch.arange(c.vocab_size) if draft_vocab is None else torch.as_tensor(list(draft_vocab))
+        if vocab.ndim != 1 or not len(vocab) or vocab.min() < 0 or vocab.max() >= c.vocab_size or \
+                len(vocab.unique()) != len(vocab):
+            raise ValueError(f"draft_vocab must be distinct token ids in 0..{c.vocab_size - 1}")
+        self.register_buffer("draft_vocab", vocab.sort().values.long())
+
+    def forward(self, features: torch.Tensor, embeddings: torch.Tensor, positions: torch.Tensor,
+                cache: HeadCache | None = None) -> torch.Tensor:
+        """features, embeddings: (batch, T, hidden) at positions (T,) (absolute; the rotary angle). With a cache
+        (batch 1), the T positions follow its own and are appended to it; without one, attention is causal within
+        the T positions. Returns (batch, T, hidden)."""
+        c = self.config
+        batch, rows, _ = features.shape
+        hidden = self.fc(torch.cat([features, embeddings], dim=-1))
+        x = self.attn_norm(hidden)
+        cos, sin = _rotary(positions, c.head_dim, c.rope_theta, x.dtype)
+        q = _rotate(self.q_proj(x).view(batch, rows, c.heads, c.head_dim).transpose(1, 2), cos, sin)
+        k = _rotate(self.k_proj(x).view(batch, rows, c.kv_heads, c.head_dim).transpose(1, 2), cos, sin)
+        v = self.v_proj(x).view(batch, rows, c.kv_heads, c.head_dim).transpose(1, 2)
+        if cache is not None:
+            if batch != 1:
+                raise ValueError(f"a head cache holds one sequence; got a batch of {batch}")
+            if cache.keys is not None:
+                k, v = torch.cat([cache.keys[None], k], dim=2), torch.cat([cache.values[None], v], dim=2)
+            cache.keys, cache.values = k[0], v[0]
+        length = k.shape[2]
+        mask = torch.ones(rows, length, dtype=torch.bool, device=q.device).tril(length - rows)
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)
+        hidden = hidden + self.o_proj(out.transpose(1, 2).reshape(batch, rows, c.heads * c.head_dim))
+        x = self.ffn_norm(hidden)
+        return hidden + self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+    def save(self, directory: str | Path, **record) -> None:
+        """The weights (safetensors) and a JSON of the config, the drafting vocabulary and `record` (training)."""
+        from safetensors.torch import save_file
+
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        state = {name: t.detach().contiguous() for name, t in self.state_dict().items()}
+        save_file(state, str(directory / WEIGHTS_FILE))
+        meta = {"config": asdict(self.config), "dtype": str(self.fc.weight.dtype).removeprefix("torch."), **record}
+        (directory / CONFIG_FILE).write_text(json.dumps(meta, indent=1))
+
+    @classmethod
+    def load(cls, directory: str | Path) -> FeatureHead:
+        from safetensors.torch import load_file
+
+        directory = Path(directory)
+        for name in (WEIGHTS_FILE, CONFIG_FILE):
+            if not (directory / name).is_file():
+                raise FileNotFoundError(f"{directory} holds no feature head ({name} is missing): run its training "
+                                        "stage (snakemake ... train_feature_heads)")
+        meta = json.loads((directory / CONFIG_FILE).read_text())
+        state = load_file(str(directory / WEIGHTS_FILE))
+        head = cls(HeadConfig(**meta["config"]), state["draft_vocab"].tolist())
+        head.load_state_dict(state)
+        return head.to(getattr(torch, meta["dtype"])).eval()
+
+
+class TargetParts:
+    """What the head reuses of a Hugging Face target: its embeddings, final norm and LM head (shared, never trained)."""
+
+    def __init__(self, model):
+        inner = getattr(model, "model", None)
+        if inner is None or not hasattr(inner, "embed_tokens") or not hasattr(inner, "norm") or \
+                model.get_output_embeddings() is None:
+            raise TypeError(f"{type(model).__name__}: a feature head needs a decoder-only causal LM with "
+                            "model.embed_tokens, model.norm and an LM head (Llama/Qwen2-style)")
+        self.model = model
+        self.embed = inner.embed_tokens
+        self.norm = inner.norm
+        self.lm_head = model.get_output_embeddings()
+
+    def head_logits(self, features: torch.Tensor, draft_vocab: torch.Tensor) -> torch.Tensor:
+        """Logits over the drafting vocabulary of (normed) features (..., hidden) -> (..., len(draft_vocab))."""
+        weight = self.lm_head.weight[draft_vocab]
+        bias = getattr(self.lm_head, "bias", None)
+        return F.linear(features, weight, None if bias is None else bias[draft_vocab])
+
+
+class FeatureHeadDraft:
+    """The proposer: drafts from the target's feature at the last position it verified (see the module docstring).
+
+    The decoding loop hands it the target session it runs (`attach_target`), which then keeps the features of every
+    position it computes. Used on its own (no session attached: a test, a user's own loop), it runs the target over
+    the context itself, in a session of its own. q is the warped softmax over the drafting vocabulary, zero
+    elsewhere."""
+
+    def __init__(self, head: FeatureHead, target_model, eos_token_ids: Sequence[int] | None = None):
+        self.head = head.eval()
+        self.parts = TargetParts(target_model)
+        self.vocab_size = head.config.vocab_size
+        if self.parts.lm_head.weight.shape[0] != self.vocab_size:
+            raise ValueError(f"the head was made for a vocabulary of {self.vocab_size}, the target's LM head has "
+                             f"{self.parts.lm_head.weight.shape[0]} rows")
+        self.eos_token_ids = frozenset(eos_token_ids or ())
+        # the LM head's rows of the drafting vocabulary, copied once: a step reads only these
+        with torch.no_grad():
+            self._vocab = head.draft_vocab
+            self._head_rows = self.parts.lm_head.weight[self._vocab].detach().clone()
+        self._target = self._own = None
+        self._cache = HeadCache()
+        self._drafted_from = 0  # the last head position of the block fed with a target feature
+
+    def attach_target(self, session) -> None:
+        """The target session of the decoding loop (before its prompt pass): it keeps the features we read."""
+        keep = getattr(session, "keep_hidden_states", None)
+        if keep is None:
+            raise TypeError(f"a feature head drafts from the target's features; {type(session).__name__} does not "
+                            "expose them (keep_hidden_states)")
+        keep()
+        self._target = session
+
+    def _run_own_target(self, verified: Sequence[int]) -> None:
+        """Without the loop's session: our own, fed up to `verified` (what the loop's target would have seen)."""
+        if self._own is None:
+            from ..lm import CachedLM
+
+            self._own, self._own_tokens = CachedLM(self.parts.model), []
+            self._own.keep_hidden_states()
+            self._target = self._own
+        common = 0
+        for a, b in zip(self._own_tokens, verified):
+            if a != b:
+                break
+            common += 1
+        common = min(common, len(verified) - 1)  # feed at least one token
+        self._own.crop(common)
+        self._own.extend(list(verified[common:]), 1)
+        self._own_tokens = list(verified)
+
+    def prefill(self, prompt: Sequence[int], *, lazy: bool = True) -> float:
+        """Start a new sequence. Always lazy (ModelDraft's `lazy`): the prompt's features come with the first
+        proposal, which feeds them in one catch-up call."""
+        self._cache = HeadCache()
+        self._drafted_from = 0
+        return 0.0
+
+    @torch.inference_mode()
+    def propose(self, context: Sequence[int], k: int, sampling: SamplingConfig, generator: torch.Generator
+                ) -> Proposal:
+        if self._target is None or self._target is self._own:
+            self._run_own_target(context[:-1])
+        # Head position t reads [feature(t-1), token t]: feed every t the cache lacks, up to the last context token,
+        # with the target's features (it has verified context[:-1]).
+        first, last = self._cache.length + 1, len(context) - 1
+        proposal = Proposal(tokens=[], q=None, catchup_tokens=last - first + 1 if last > first else 0)
+        features = self._target.hidden_states(first - 1, last).to(self.head.fc.weight.dtype)
+        tokens = torch.tensor(context[first:last + 1])
+        q_rows = []
+        for i in range(k):
+            start = time.perf_counter()
+            positions = torch.arange(first, first + len(tokens))
+            hidden = self.head(features[None], self.parts.embed(tokens)[None], positions, self._cache)[0, -1]
+            predicted = self.parts.norm(hidden)  # the predicted feature of the last position fed
+            logits = F.linear(predicted, self._head_rows)
+            if sampling.greedy:
+                token = int(self._vocab[torch.argmax(logits)])
+            else:
+                full = torch.full((self.vocab_size,), float("-inf"), dtype=logits.dtype)
+                full[self._vocab] = logits
+                probs = warp_logits(full, sampling)
+                token = sample_from(probs, generator)
+                q_rows.append(probs)
+            elapsed = time.perf_counter() - start
+            if i == 0 and proposal.catchup_tokens:
+                proposal.catchup_seconds += elapsed
+            else:
+                proposal.draft_seconds += elapsed
+            proposal.tokens.append(token)
+            if token in self.eos_token_ids or i == k - 1:
+                break
+            first += len(tokens)
+            features = predicted[None]
+            tokens = torch.tensor([token])
+        if q_rows:
+            proposal.q = torch.stack(q_rows)
+        self._drafted_from = last  # positions past it were fed predicted features
+        return proposal
+
+    def rollback(self, valid_length: int) -> None:
+        # keep only positions fed with the target's own features (t <= the last context position of the block)
+        self._cache.crop(min(self._drafted_from, valid_length))
+
+
+def untrained_head(target_model, draft_vocab: Sequence[int] | None = None, seed: int = 0) -> FeatureHead:
+    """A freshly initialised head for a Hugging Face target, in the target's dtype (what training starts from)."""
+    torch.manual_seed(seed)
+    head = FeatureHead(HeadConfig.of_target(target_model.config), draft_vocab)
+    return head.to(next(target_model.parameters()).dtype).eval()

@@ -1,0 +1,194 @@
+"""Training a feature-level draft head (specdec/drafts/feature_head.py) on the target's own answers.
+
+Data: the distillation stage's sequences (training prompts, disjoint from the evaluation prompts, each followed by
+the target's greedy continuation: self-distillation) and the target's features at every position, computed once
+(`target_features`, kept in fp16 on disk). The drafting vocabulary is the data's most frequent tokens.
+
+Loss per position t >= 1 (the head reads [feature(t-1), token t]): a smooth-L1 feature loss between the target's
+norm of the head's output and feature(t), plus `token_weight` x the cross-entropy of the head's logits against the
+target's own distribution at t, both over the drafting vocabulary (the target's logits are its features times the
+same LM head rows: only the columns the head can draft). The head's inputs are the true features, with Gaussian
+noise of std `noise` x their RMS (drafting feeds the head its own, slightly wrong, predictions).
+Checkpoints (distill.save_checkpoint) let an interrupted run resume with the same batches.
+"""
+
+from __future__ import annotations
+
+import datetime
+import hashlib
+import json
+import time
+from collections import Counter
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Callable, Sequence
+
+import numpy as np
+import pandas as pd
+import torch
+import torch.nn.functional as F
+
+from safetensors.torch import load_file, save_file
+
+from ..drafts.feature_head import WEIGHTS_FILE, FeatureHead, TargetParts, untrained_head
+from ..errors import DraftSpecError
+from .distill import load_checkpoint, save_checkpoint
+from .io import atomic_path, write_text
+
+FEATURES_FILE = "features.safetensors"
+
+
+@dataclass(frozen=True)
+class FeatureHeadSettings:
+    steps: int = 2000
+    batch_size: int = 4  # sequences per step
+    max_length: int = 256  # positions per sequence (its last ones)
+    learning_rate: float = 3e-4
+    warmup: int = 50  # steps of linear warm-up
+    token_weight: float = 0.1
+    noise: float = 0.02
+    vocab: int | None = 32768  # drafting vocabulary (None: every token)
+    checkpoint_every: int = 100
+    seed: int = 0
+
+
+def settings_from_config(values: dict, key: str) -> FeatureHeadSettings:
+    """The settings a draft's `training` (and `vocab`) fields give; an unknown one is named with its config key."""
+    known = {f.name for f in fields(FeatureHeadSettings)}
+    unknown = sorted(set(values) - known)
+    if unknown:
+        raise DraftSpecError(f"config key '{key}.training': unknown setting(s) {unknown} (known: {sorted(known)})")
+    return FeatureHeadSettings(**values)
+
+
+@torch.inference_mode()
+def target_features(model, sequences: Sequence[Sequence[int]], log: Callable[[str], None] = print
+                    ) -> dict[str, torch.Tensor]:
+    """features_{i}: (len(sequence i), hidden) fp16, the target's final hidden states after its final norm."""
+    decoder = TargetParts(model).model.get_decoder()
+    out = {}
+    for i, ids in enumerate(sequences):
+        start = time.perf_counter()
+        hidden = decoder(input_ids=torch.tensor([list(ids)]), use_cache=False).last_hidden_state[0]
+        out[f"features_{i}"] = hidden.to(torch.float16).contiguous()
+        log(f"[{i + 1}/{len(sequences)}] features of {len(ids)} positions ({time.perf_counter() - start:.1f}s)")
+    return out
+
+
+def save_features(features: dict[str, torch.Tensor], directory: Path) -> None:
+    directory.mkdir(parents=True, exist_ok=True)
+    with atomic_path(directory / FEATURES_FILE) as tmp:
+        save_file(features, str(tmp))
+
+
+def load_features(directory: Path, n_sequences: int) -> list[torch.Tensor]:
+    """The features of sequences 0..n-1; an error naming the directory when they were made for other sequences."""
+    tensors = load_file(str(Path(directory) / FEATURES_FILE))
+    if len(tensors) != n_sequences:
+        raise ValueError(f"{directory} holds features of {len(tensors)} sequences, the training data has "
+                         f"{n_sequences}: delete it to compute them again")
+    return [tensors[f"features_{i}"] for i in range(n_sequences)]
+
+
+def drafting_vocabulary(sequences: Sequence[Sequence[int]], size: int | None, vocab_size: int) -> list[int]:
+    """The `size` most frequent tokens of the sequences (ties: the lower id), then the lowest unseen ids if the data
+    holds fewer distinct tokens; every token when size is None or covers the vocabulary."""
+    if size is None or size >= vocab_size:
+        return list(range(vocab_size))
+    counts = Counter(int(t) for ids in sequences for t in ids)
+    ranked = sorted(counts, key=lambda t: (-counts[t], t))[:size]
+    unseen = (t for t in range(vocab_size) if t not in counts)
+    return sorted(ranked + [next(unseen) for _ in range(size - len(ranked))])
+
+
+def head_losses(head: FeatureHead, parts: TargetParts, features: torch.Tensor, ids: torch.Tensor,
+                noise: float = 0.0, generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """(feature loss, token loss), means over positions 1..n-1 of one sequence: features (n, hidden), ids (n,)."""
+    dtype = head.fc.weight.dtype
+    features = features.to(dtype)
+    inputs = features[:-1]
+    if noise:
+        scale = inputs.pow(2).mean(-1, keepdim=True).sqrt() * noise
+        inputs = inputs + scale * torch.randn(inputs.shape, generator=generator, dtype=dtype)
+    positions = torch.arange(1, len(ids))
+    with torch.no_grad():
+        embeddings = parts.embed(ids[1:]).to(dtype)
+    out = head(inputs[None], embeddings[None], positions)[0]
+    predicted = parts.norm(out)
+    feature_loss = F.smooth_l1_loss(predicted, features[1:])
+    vocab = head.draft_vocab
+    with torch.no_grad():
+        target_probs = torch.softmax(parts.head_logits(features[1:], vocab).float(), dim=-1)
+    token_loss = -(target_probs * torch.log_softmax(parts.head_logits(predicted, vocab).float(), -1)).sum(-1).mean()
+    return feature_loss, token_loss
+
+
+def train_feature_head(head: FeatureHead, parts: TargetParts, features: Sequence[torch.Tensor],
+                       sequences: Sequence[Sequence[int]], settings: FeatureHeadSettings,
+                       checkpoint_dir: Path | None = None, log: Callable[[str], None] = print) -> pd.DataFrame:
+    """Train the head in place (the target's parts stay frozen); returns the curve (step, loss, feature_loss,
+    token_loss, seconds). With checkpoint_dir: resumes from its last checkpoint, writes one every checkpoint_every
+    steps."""
+    if len(features) != len(sequences) or not sequences:
+        raise ValueError(f"{len(features)} feature tensors for {len(sequences)} sequences")
+    for p in [*parts.embed.parameters(), *parts.norm.parameters(), *parts.lm_head.parameters()]:
+        p.requires_grad_(False)
+    params = [p for p in head.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(params, lr=settings.learning_rate)
+    curve: list[dict] = []
+    first = 0
+    if checkpoint_dir is not None and (Path(checkpoint_dir) / "state.json").exists():
+        first, curve = load_checkpoint(head, optimizer, Path(checkpoint_dir))
+        log(f"resuming from step {first}")
+    rng = np.random.default_rng(settings.seed)
+    for _ in range(first):  # the same batches as an uninterrupted run
+        rng.choice(len(sequences), size=settings.batch_size)
+    head.train()
+    for step in range(first, settings.steps):
+        start = time.perf_counter()
+        noise = torch.Generator().manual_seed(settings.seed * 1_000_003 + step)
+        losses = []
+        for i in rng.choice(len(sequences), size=settings.batch_size):
+            ids = torch.as_tensor(list(sequences[i]))[-settings.max_length:]
+            losses.append(head_losses(head, parts, features[i][-settings.max_length:], ids, settings.noise, noise))
+        feature_loss = torch.stack([f for f, _ in losses]).mean()
+        token_loss = torch.stack([t for _, t in losses]).mean()
+        loss = feature_loss + settings.token_weight * token_loss
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        for group in optimizer.param_groups:  # linear warm-up
+            group["lr"] = settings.learning_rate * min(1.0, (step + 1) / max(1, settings.warmup))
+        optimizer.step()
+        curve.append({"step": step + 1, "loss": loss.item(), "feature_loss": feature_loss.item(),
+                      "token_loss": token_loss.item(), "seconds": time.perf_counter() - start})
+        log(f"step {step + 1}/{settings.steps}: loss {loss.item():.4f} (feature {feature_loss.item():.4f}, token "
+            f"{token_loss.item():.3f}; {curve[-1]['seconds']:.2f}s)")
+        if checkpoint_dir is not None and ((step + 1) % settings.checkpoint_every == 0 or step + 1 == settings.steps):
+            save_checkpoint(head, optimizer, Path(checkpoint_dir), step + 1, curve, settings)
+    head.eval()
+    return pd.DataFrame(curve, columns=["step", "loss", "feature_loss", "token_loss", "seconds"])
+
+
+def train_head_for(target, sequences: Sequence[Sequence[int]], features: Sequence[torch.Tensor],
+                   settings: FeatureHeadSettings, checkpoint_dir: Path | None = None,
+                   log: Callable[[str], None] = print) -> tuple[FeatureHead, pd.DataFrame]:
+    """A new head for a Hugging Face target (its drafting vocabulary from the sequences), trained: (head, curve)."""
+    vocab = drafting_vocabulary(sequences, settings.vocab, int(target.config.vocab_size))
+    head = untrained_head(target, vocab, seed=settings.seed)
+    curve = train_feature_head(head, TargetParts(target), features, sequences, settings, checkpoint_dir, log)
+    return head, curve
+
+
+def save_trained_head(head: FeatureHead, directory: Path, name: str, record: dict) -> None:
+    """The head's files (FeatureHead.save, with `record`) and a manifest.json like a prepared model's: what
+    provenance records of every model a study decodes with."""
+    head.save(directory, **record)
+    digest = hashlib.sha256((Path(directory) / WEIGHTS_FILE).read_bytes()).hexdigest()
+    manifest = {"name": name, "source": {"source": "feature_head", **record}, "num_hidden_layers": 1,
+                "hidden_size": head.config.hidden_size, "vocab_size": head.config.vocab_size,
+                "drafting_vocabulary": len(head.draft_vocab),
+                "parameter_count": sum(p.numel() for p in head.parameters()),
+                "safetensors_sha256": {WEIGHTS_FILE: digest},
+                "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
+    write_text(json.dumps(manifest, indent=2) + "\n", Path(directory) / "manifest.json")

@@ -1,0 +1,288 @@
+"""The feature-level draft head: the sessions' features, the proposer's bookkeeping, a reduced drafting vocabulary
+kept exact, and training that teaches it. The registry's shared checks (greedy identity, q-law, end-to-end law with
+a wrong rule rejected) run on it in tests/test_registry.py like on every kind."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+import torch
+
+import specdec.decode as decode
+from specdec.decode import generate_baseline, generate_speculative
+from specdec.drafts.feature_head import FeatureHead, FeatureHeadDraft, HeadCache, TargetParts, untrained_head
+from specdec.lm import CachedLM, PrefixMemoLM
+from specdec.sampling import SamplingConfig
+from specdec.study.distribution import exact_first_tokens
+from specdec.study.feature_head import (
+    FeatureHeadSettings,
+    drafting_vocabulary,
+    head_losses,
+    target_features,
+    train_feature_head,
+)
+from specdec.study.stats import chi_square_gof
+from specdec.testing import tiny_qwen2
+
+
+@pytest.fixture(scope="module")
+def target():
+    return tiny_qwen2(vocab_size=64, num_layers=2, seed=0)
+
+
+def full_features(model, ids):
+    with torch.no_grad():
+        return model.model(input_ids=torch.tensor([ids])).last_hidden_state[0]
+
+
+@pytest.mark.parametrize("session_type", [CachedLM, PrefixMemoLM])
+def test_a_session_keeps_the_features_of_every_position_through_crops(target, session_type):
+    ids = torch.randint(0, 64, (12,), generator=torch.Generator().manual_seed(1)).tolist()
+    session = session_type(target)
+    session.keep_hidden_states()
+    session.extend(ids[:5], 1)
+    session.extend([7, 8, 9], 3)  # a rejected block
+    session.crop(5)
+    session.extend(ids[5:9], 2)
+    session.extend(ids[9:], 1)
+    torch.testing.assert_close(session.hidden_states(0, 12), full_features(target, ids), rtol=0, atol=1e-12)
+    torch.testing.assert_close(session.hidden_states(3, 7), full_features(target, ids)[3:7], rtol=0, atol=1e-12)
+    with pytest.raises(IndexError, match=r"positions 10\.\.12 asked"):
+        session.hidden_states(10, 13)
+    session.reset()
+    session.extend(ids[:2], 1)
+    torch.testing.assert_close(session.hidden_states(0, 2), full_features(target, ids[:2]), rtol=0, atol=1e-12)
+
+
+def test_features_are_not_kept_unless_asked(target):
+    session = CachedLM(target)
+    session.extend([1, 2, 3], 1)
+    with pytest.raises(RuntimeError, match="keep_hidden_states"):
+        session.hidden_states(0, 1)
+    session.keep_hidden_states()  # from position 3 on: the first three were computed without
+    session.extend([4], 1)
+    torch.testing.assert_close(session.hidden_states(3, 4), full_features(target, [1, 2, 3, 4])[3:], rtol=0,
+                               atol=1e-12)
+    with pytest.raises(IndexError, match="kept from position 3 on"):
+        session.hidden_states(2, 4)
+
+
+def test_a_target_without_features_is_refused_by_name(target):
+    class Bare:
+        vocab_size, eos_token_ids = 64, frozenset()
+
+        def reset(self): ...
+        def extend(self, tokens, n): ...
+        def crop(self, n): ...
+
+    with pytest.raises(TypeError, match="Bare does not expose them"):
+        generate_speculative(Bare(), FeatureHeadDraft(untrained_head(target), target), torch.tensor([[1, 2]]), 2, 4)
+
+
+def test_the_head_cache_after_a_block_equals_a_fresh_catch_up(target):
+    """After verify and rollback the head holds only positions fed with the target's features: its next proposal
+    (tokens and q) equals that of a new proposer catching up on the same context from nothing."""
+    head = untrained_head(target, seed=3)
+    sampling = SamplingConfig(0.9)
+    prompt = [5, 9, 2, 7, 5, 9]
+    draft = FeatureHeadDraft(head, target)
+    session = CachedLM(target)
+    draft.attach_target(session)
+    session.extend(prompt, 1)
+    draft.prefill(prompt)
+    context = prompt + [3]
+    draft.propose(context, 3, sampling, torch.Generator().manual_seed(0))
+    assert draft._cache.length == len(context) - 1 + 2  # true positions 1..6, then two drafted ones
+    session.extend([3, 11, 12], 3)  # verify two of the three, keep one: context grows by [11, 40]
+    session.crop(len(context) + 1)
+    context = context + [11, 40]
+    draft.rollback(len(context) - 1)
+    assert draft._cache.length == len(prompt)  # the drafted positions are dropped
+    again = draft.propose(context, 3, sampling, torch.Generator().manual_seed(1))
+
+    fresh_session = CachedLM(target)
+    fresh = FeatureHeadDraft(head, target)
+    fresh.attach_target(fresh_session)
+    fresh_session.extend(context[:-1], 1)
+    fresh.prefill(context[:-1])
+    expected = fresh.propose(context, 3, sampling, torch.Generator().manual_seed(1))
+    assert again.tokens == expected.tokens
+    torch.testing.assert_close(again.q, expected.q, rtol=0, atol=1e-6)
+    assert again.catchup_tokens == 2 and expected.catchup_tokens == len(context) - 1
+
+
+@pytest.mark.parametrize("vocab", [None, 40])
+def test_greedy_identity_with_every_k_and_a_reduced_vocabulary(target, vocab):
+    head = untrained_head(target, None if vocab is None else range(0, 64, 64 // vocab + 1), seed=1)
+    g = torch.Generator().manual_seed(2)
+    drafted = 0
+    for n in (2, 5, 9):
+        ids = torch.randint(0, 64, (1, n), generator=g)
+        baseline = generate_baseline(target, ids, 14).tokens
+        for k in (1, 2, 4):
+            result = generate_speculative(target, FeatureHeadDraft(head, target), ids, k, 14)
+            assert result.tokens == baseline, (n, k)
+            drafted += result.drafted
+    assert drafted > 0
+
+
+def test_q_is_zero_outside_the_drafting_vocabulary(target):
+    vocab = list(range(10, 30))
+    draft = FeatureHeadDraft(untrained_head(target, vocab), target)
+    session = CachedLM(target)
+    draft.attach_target(session)
+    session.extend([1, 2, 3], 1)
+    draft.prefill([1, 2, 3])
+    proposal = draft.propose([1, 2, 3, 4], 3, SamplingConfig(1.0), torch.Generator().manual_seed(0))
+    outside = torch.ones(64, dtype=torch.bool)
+    outside[vocab] = False
+    assert (proposal.q[:, outside] == 0).all() and set(proposal.tokens) <= set(vocab)
+    torch.testing.assert_close(proposal.q.sum(-1).double(), torch.ones(3, dtype=torch.float64))
+
+
+# --- exactness with a reduced vocabulary: the law of the output, and a wrong rule rejected ---------------------------
+VOCAB, LENGTH, K, SAMPLES = 8, 3, 3, 1500
+SAMPLING = SamplingConfig(1.0, top_k=6)
+PROMPT = [1, 5, 2, 1, 5]
+
+
+def _samples(target_model, memo, head, samples):
+    prompt = torch.tensor([PROMPT])
+    return [tuple(generate_speculative(memo, FeatureHeadDraft(head, target_model), prompt, K, LENGTH,
+                                       SAMPLING.temperature, SAMPLING.top_k, seed=seed).tokens)
+            for seed in range(samples)]
+
+
+def test_a_reduced_vocabulary_keeps_the_target_law_and_a_wrong_rule_is_rejected(monkeypatch):
+    target_model = tiny_qwen2(vocab_size=VOCAB, hidden_size=16, seed=3, init_std=0.3)
+    memo = PrefixMemoLM(target_model, eos_token_ids=())
+    head = untrained_head(target_model, [0, 1, 2, 5, 6], seed=4)  # tokens 3, 4, 7 are never drafted
+    exact = exact_first_tokens(memo, PROMPT, SAMPLING, LENGTH)
+    fit = chi_square_gof(_samples(target_model, memo, head, SAMPLES), exact)
+    assert fit.impossible == 0 and fit.p_value > 0.01, fit
+
+    def accept_all(p, q, draft_tokens, generator):
+        k = draft_tokens.shape[0]
+        return k, int(torch.multinomial(p[k].double(), 1, generator=generator))
+
+    monkeypatch.setattr(decode, "_speculative_step_unchecked", accept_all)
+    wrong = chi_square_gof(_samples(target_model, memo, head, SAMPLES // 10), exact)
+    print(f"correct: p = {fit.p_value:.3g}; every draft token accepted: p = {wrong.p_value:.3g}")
+    assert wrong.p_value < 0.01, wrong
+
+
+# --- saving, the drafting vocabulary, training ----------------------------------------------------------------------
+def test_save_and_load_keep_every_weight_bit_for_bit(target, tmp_path):
+    head = untrained_head(target, range(7, 50), seed=5)
+    head.save(tmp_path / "head", steps=3)
+    loaded = FeatureHead.load(tmp_path / "head")
+    assert loaded.state_dict().keys() == head.state_dict().keys()
+    for name, tensor in head.state_dict().items():
+        assert torch.equal(loaded.state_dict()[name], tensor), name
+    with pytest.raises(FileNotFoundError, match="holds no feature head"):
+        FeatureHead.load(tmp_path / "nothing")
+
+
+def test_a_head_refuses_ids_outside_the_vocabulary(target):
+    with pytest.raises(ValueError, match="distinct token ids in 0..63"):
+        untrained_head(target, [3, 64])
+    with pytest.raises(ValueError, match="distinct"):
+        untrained_head(target, [3, 3])
+
+
+def test_the_drafting_vocabulary_is_the_most_frequent_tokens():
+    sequences = [[5, 5, 5, 2, 2, 9], [2, 7, 5]]
+    assert drafting_vocabulary(sequences, 2, 10) == [2, 5]
+    assert drafting_vocabulary(sequences, 3, 10) == [2, 5, 7]  # 7 and 9 tie: the lower id
+    assert drafting_vocabulary(sequences, 6, 10) == [0, 1, 2, 5, 7, 9]  # unseen ids fill up, lowest first
+    assert drafting_vocabulary(sequences, None, 4) == [0, 1, 2, 3]
+
+
+def _self_distilled(target, n, length, seed):
+    g = torch.Generator().manual_seed(seed)
+    sequences = []
+    for _ in range(n):
+        prompt = torch.randint(0, 64, (1, 4), generator=g)
+        sequences.append(prompt[0].tolist() + generate_baseline(target, prompt, length).tokens)
+    return sequences
+
+
+def _acceptance(target, head, sequences, k=3):
+    drafted = accepted = 0
+    for ids in sequences:
+        result = generate_speculative(target, FeatureHeadDraft(head, target), torch.tensor([ids[:4]]), k, 16)
+        drafted, accepted = drafted + result.drafted, accepted + result.accepted
+    return accepted / drafted
+
+
+def test_training_on_the_targets_answers_raises_acceptance(target):
+    sequences = _self_distilled(target, 12, 20, seed=0)
+    features = [target_features(target, [ids], log=lambda _: None)["features_0"] for ids in sequences]
+    assert features[0].dtype == torch.float16 and features[0].shape == (len(sequences[0]), 32)
+    head = untrained_head(target, drafting_vocabulary(sequences, 48, 64), seed=0).float()
+    target32 = tiny_qwen2(vocab_size=64, num_layers=2, seed=0, dtype=torch.float32)
+    before = _acceptance(target32, head, sequences)
+    settings = FeatureHeadSettings(steps=150, batch_size=4, learning_rate=3e-3, warmup=10, vocab=48)
+    curve = train_feature_head(head, TargetParts(target32), features, sequences, settings, log=lambda _: None)
+    assert curve["loss"].iloc[-10:].mean() < 0.5 * curve["loss"].iloc[:10].mean()
+    after = _acceptance(target32, head, sequences)
+    print(f"acceptance before {before:.2f}, after {after:.2f}")
+    assert after > before + 0.2
+
+
+def test_an_interrupted_training_resumes_to_the_same_weights(target, tmp_path):
+    sequences = _self_distilled(target, 3, 6, seed=1)
+    features = [target_features(target, [ids], log=lambda _: None)["features_0"] for ids in sequences]
+    settings = FeatureHeadSettings(steps=4, batch_size=2, checkpoint_every=2, vocab=None)
+    whole = untrained_head(target, seed=2)
+    train_feature_head(whole, TargetParts(target), features, sequences, settings, log=lambda _: None)
+    half = untrained_head(target, seed=2)
+    train_feature_head(half, TargetParts(target), features, sequences, replace(settings, steps=2),
+                       tmp_path / "ckpt", log=lambda _: None)
+    resumed = untrained_head(target, seed=9)  # other initial weights: the checkpoint replaces them
+    curve = train_feature_head(resumed, TargetParts(target), features, sequences, settings, tmp_path / "ckpt",
+                               log=lambda _: None)
+    assert list(curve["step"]) == [1, 2, 3, 4]
+    for name, tensor in whole.state_dict().items():
+        torch.testing.assert_close(resumed.state_dict()[name], tensor, rtol=0, atol=1e-12, msg=name)
+
+
+def test_head_losses_are_zero_only_for_a_perfect_prediction(target):
+    ids = torch.tensor([3, 9, 4, 1, 8])
+    features = full_features(target, ids.tolist())
+    head = untrained_head(target)
+    feature_loss, token_loss = head_losses(head, TargetParts(target), features, ids)
+    assert feature_loss > 0 and token_loss > 0
+    assert HeadCache().length == 0
+
+
+def test_a_head_behind_prompt_lookup_keeps_greedy_identity_and_both_draft(target):
+    """`lookup: true`: prompt lookup where it finds a match, the head elsewhere; the loop's session reaches the head
+    through the hybrid."""
+    from specdec.drafts import DraftResources, get_kind
+
+    kind = get_kind("feature_head")
+    spec = {"kind": "feature_head", "lookup": True, "ngram_max": 2}
+    head = kind.untrained(spec, target)
+    g = torch.Generator().manual_seed(4)
+    blocks = {"lookup": 0, "head": 0}
+
+    def counted(name, propose):
+        def wrapper(*args):
+            proposal = propose(*args)
+            blocks[name] += len(proposal.tokens) > 0
+            return proposal
+        return wrapper
+
+    for n in (3, 6):
+        plain = torch.randint(0, 64, (n,), generator=g).tolist()
+        for prompt in (plain, plain * 3):
+            ids = torch.tensor([prompt])
+            baseline = generate_baseline(target, ids, 14).tokens
+            draft = kind.build(spec, DraftResources(target=target, vocab_size=64, eos_token_ids=frozenset(),
+                                                    draft_model=lambda: head))
+            draft.lookup.propose = counted("lookup", draft.lookup.propose)
+            draft.model.propose = counted("head", draft.model.propose)
+            assert generate_speculative(target, draft, ids, 3, 14).tokens == baseline, prompt
+    assert blocks["head"] > 0 and blocks["lookup"] > 0, blocks

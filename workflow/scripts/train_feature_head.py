@@ -1,0 +1,61 @@
+"""Snakemake script: train one feature-level draft head on the target's features -> its model directory (weights,
+config, drafting vocabulary, training record), the loss curve and its plot. Resumes from its checkpoints."""
+
+from specdec.study.interrupt import stops_politely  # first: Ctrl-C during the imports below is polite too
+
+# isort: split
+
+import logging
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import matplotlib.pyplot as plt  # noqa: E402
+import torch  # noqa: E402
+
+from specdec.loading import load_model  # noqa: E402
+from specdec.study.distill import load_teacher_data  # noqa: E402
+from specdec.study.feature_head import (  # noqa: E402
+    load_features,
+    save_trained_head,
+    settings_from_config,
+    train_head_for,
+)
+from specdec.study.io import atomic_directory, write_csv, write_figure  # noqa: E402
+from specdec.study.logs import log_to  # noqa: E402
+
+log = logging.getLogger("train_feature_head")
+
+
+def main(snakemake):
+    with log_to(snakemake.log[0]):
+        torch.set_num_threads(int(snakemake.config["runtime"]["threads"]))
+        settings = settings_from_config(snakemake.params.settings, f"draft_kinds.{snakemake.wildcards.head}")
+        target, _ = load_model(snakemake.input.target, dtype="float32")
+        sequences, _ = load_teacher_data(snakemake.input.teacher)
+        ids = [list(map(int, row)) for row in sequences["input_ids"]]
+        features = load_features(Path(snakemake.input.features), len(ids))
+        log.info("training feature head %s on %d sequences (%d positions): %s", snakemake.wildcards.head, len(ids),
+                 sum(map(len, ids)), settings)
+        head, curve = train_head_for(target, ids, features, settings, Path(snakemake.params.checkpoints),
+                                     log=log.info)
+        write_csv(curve, snakemake.output.loss)
+        fig, ax = plt.subplots(figsize=(6, 3.5))
+        ax.plot(curve["step"], curve["loss"], marker=".", linewidth=1, label="total")
+        ax.plot(curve["step"], curve["feature_loss"], linewidth=1, label="feature")
+        ax.set_xlabel("step")
+        ax.set_ylabel("loss")
+        ax.set_title(f"feature head {snakemake.wildcards.head}")
+        ax.legend()
+        fig.tight_layout()
+        write_figure(fig, snakemake.output.plot)
+        with atomic_directory(snakemake.output.model) as tmp:
+            save_trained_head(head, tmp, snakemake.wildcards.head, {
+                "training": snakemake.params.settings, "training_sequences": len(ids),
+                "first_loss": float(curve["loss"].iloc[0]), "final_loss": float(curve["loss"].iloc[-1])})
+
+
+if "snakemake" in globals():
+    stops_politely(main, snakemake)  # noqa: F821
