@@ -25,6 +25,7 @@ import torch.nn.functional as F
 
 from . import attention, quant, rowops
 from .attention import MAX_INVARIANT_ROWS, causal_attention
+from .features import FeatureBuffer
 from .gguf_model import GGUFModel, read_gguf
 
 DEFAULT_MAX_LENGTH = 4096
@@ -86,6 +87,18 @@ class LeanLM:
         self._cos, self._sin = rotary_tables(c.head_dim, c.rope_theta, max_length)
         self._length = 0
         self.last_hidden: torch.Tensor | None = None
+        self._features: FeatureBuffer | None = None
+
+    def keep_hidden_states(self) -> None:
+        """From now on keep every computed position's final hidden state after the final norm (what the head reads),
+        for a draft that reads them (lm.CachedLM.keep_hidden_states: the same verbs)."""
+        if self._features is None:
+            self._features = FeatureBuffer(first=self._length)
+
+    def hidden_states(self, start: int, end: int) -> torch.Tensor:
+        if self._features is None:
+            raise RuntimeError("hidden_states needs keep_hidden_states() before the positions are computed")
+        return self._features.rows(start, end)
 
     @property
     def length(self) -> int:
@@ -102,11 +115,15 @@ class LeanLM:
     def reset(self) -> None:
         self._length = 0
         self.last_hidden = None
+        if self._features is not None:
+            self._features.crop(0)
 
     def crop(self, length: int) -> None:
         if not isinstance(length, int) or not 0 <= length <= self._length:
             raise ValueError(f"cannot crop to {length}: the cache holds {self._length} tokens")
         self._length = length  # positions past it are overwritten by the next extend
+        if self._features is not None:
+            self._features.crop(length)
 
     @torch.inference_mode()
     def extend(self, tokens: Sequence[int], n_logits: int) -> torch.Tensor:
@@ -127,7 +144,12 @@ class LeanLM:
             hidden = _layer(weights, self.config, hidden, keys, values, start, end, cos, sin, attend)
         self._length = end
         self.last_hidden = hidden
-        last = rowops.rms_norm(hidden[rows - n_logits:], self.model.output_norm, self.config.rms_eps)
+        if self._features is None:
+            last = rowops.rms_norm(hidden[rows - n_logits:], self.model.output_norm, self.config.rms_eps)
+        else:  # every row normed (the features), the head on the last n_logits of them
+            normed = rowops.rms_norm(hidden, self.model.output_norm, self.config.rms_eps)
+            self._features.append(normed)
+            last = normed[rows - n_logits:]
         return self.model.output.matmul(last)
 
 

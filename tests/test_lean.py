@@ -266,6 +266,27 @@ def test_last_hidden_is_the_last_layers_output_before_the_final_norm(models, mon
     torch.testing.assert_close(logits, head, rtol=1e-5, atol=1e-5)
 
 
+def test_kept_features_are_the_normed_hidden_states_and_change_no_logit(models):
+    """keep_hidden_states (a feature head's input): every position's final hidden state after the final norm, kept
+    through crops; the logits stay the same bits as a session that keeps none."""
+    model = models["draft"]
+    plain, keeping = LeanLM(model), LeanLM(model)
+    keeping.keep_hidden_states()
+    for session in (plain, keeping):
+        session.extend(TOKENS[:7], 1)
+        session.extend(TOKENS[7:10], 3)
+        session.crop(8)
+    expected_last = plain.extend(TOKENS[8:12], 2)
+    got_last = keeping.extend(TOKENS[8:12], 2)
+    assert torch.equal(got_last, expected_last)
+    features = keeping.hidden_states(0, 12)
+    assert features.shape == (12, model.config.hidden)
+    normed = F.rms_norm(keeping.last_hidden, (model.config.hidden,), model.output_norm, model.config.rms_eps)
+    torch.testing.assert_close(features[8:], normed, rtol=1e-5, atol=1e-5)
+    with pytest.raises(IndexError, match="positions 0..11 are held"):
+        keeping.hidden_states(10, 13)
+
+
 def test_a_truncated_session_is_the_file_with_fewer_layers(tmp_path, monkeypatch):
     exact_products(monkeypatch)  # tiny_gguf draws each tensor from its name: the first layer is the same tensors
     two, one = read_gguf(tiny_gguf(tmp_path / "two.gguf")), read_gguf(tiny_gguf(tmp_path / "one.gguf", layers=1))

@@ -85,6 +85,7 @@ def tiny_config(root: Path) -> dict:
     config["domains"] = {"code": config["domains"]["code"]}
     config["decoding"]["sampled"]["k"] = [2]
     config["decoding"]["sampled"]["drafts"] = ["tiny-draft0", "lookup"]
+    config["distribution_check"]["drafts"] = ["adaptive"]  # a model draft, adaptive: the rule's hardest case
     # the toy kind of tests/toy_draft.py: a kind defined outside specdec, through `plugins`
     config["drafts"] = ["tiny-draft0", *ALL_DRAFT_KINDS, "toy"]  # tiny-draft1 is added by a test below
     config["plugins"] = ["toy_draft"]
@@ -153,7 +154,7 @@ def test_whole_dag_produces_the_tables_plots_and_provenance(tiny_study):
     distribution = pd.read_csv(root / "results/tables/distribution.csv")
     assert list(distribution.columns[:9]) == ["draft", "domain", "prompt_id", "k", "n_samples", "chi2", "dof",
                                               "p_value", "wrong_sampler_p_value"]
-    assert set(distribution["draft"]) == {"tiny-draft0", "adaptive"} and set(distribution["k"]) == {3}
+    assert set(distribution["draft"]) == {"adaptive"} and set(distribution["k"]) == {3}
     assert (distribution["n_samples"] == config["distribution_check"]["samples"]).all()
     assert distribution["passed"].all() and (distribution["wrong_sampler_p_value"] < distribution["threshold"]).all()
 
@@ -252,6 +253,7 @@ def test_report_collects_tables_and_plots(tiny_study):
 
 
 @ON_TINY_STUDY
+@pytest.mark.extended  # the GGUF study of test_workflow_gguf.py runs `reproduce` in the full suite
 def test_reproduce_target_reruns_and_matches(tiny_study):
     root, config = tiny_study
     result = snakemake(root, *TWO_JOBS_AT_A_TIME, "--", "reproduce")  # "--": --set-threads takes a list
@@ -274,16 +276,28 @@ def test_complete_run_has_nothing_to_do(tiny_study):
 
 
 @ON_TINY_STUDY
-def test_adding_a_k_schedules_only_its_jobs(tiny_study):
+def test_adding_a_k_a_draft_and_a_draft_kind_schedules_only_their_jobs(tiny_study, tmp_path):
+    """On the finished study: a new k decodes every draft greedily at it; a new model draft and a new truncated kind
+    each get their model (prepared, derived) and their decode jobs in both settings; nothing else is decoded and no
+    prompt is made again."""
     root, config = tiny_study
     more = copy.deepcopy(config)
     more["decoding"]["k"] = config["decoding"]["k"] + [3]
-    result = snakemake(root, "--dry-run", "--cores", "1", configfile=write_config(root / "more_k.yaml", more))
+    more["draft_kinds"] = dict(config["draft_kinds"], trunc2={"kind": "truncated", "model": "tiny-draft0", "layers": 2})
+    new = ["tiny-draft1", "trunc2"]
+    more["drafts"] = config["drafts"] + new
+    more["decoding"]["sampled"]["drafts"] = config["decoding"]["sampled"]["drafts"] + new
+    result = snakemake(root, "--dry-run", "--cores", "1", configfile=write_config(tmp_path / "more.yaml", more))
     assert result.returncode == 0, result.stderr[-3000:]
     counts = job_counts(result.stdout)
-    assert counts["decode"] == len(config["drafts"])  # one greedy job per draft for the new k
-    assert "prepare_model" not in counts and "make_prompts" not in counts
-    assert all("k=3" in b for b in _job_blocks(result.stdout, "decode"))
+    assert counts["prepare_model"] == 1 and counts["derive_truncated_draft"] == 1 and "make_prompts" not in counts
+    assert "model=tiny-draft1" in _job_blocks(result.stdout, "prepare_model")[0]
+    assert "derived=trunc2" in _job_blocks(result.stdout, "derive_truncated_draft")[0]
+    scheduled = {tuple(re.search(rf"{key}=(\S+?)(?:,|\n|$)", block).group(1) for key in ("setting", "draft", "k"))
+                 for block in _job_blocks(result.stdout, "decode")}
+    expected = {("greedy", draft, "3") for draft in more["drafts"]}
+    expected |= {(setting, draft, "2") for draft in new for setting in ("greedy", "sampled")}
+    assert scheduled == expected and counts["decode"] == len(expected), sorted(scheduled ^ expected)
 
 
 @ON_TINY_STUDY
@@ -324,22 +338,6 @@ def test_a_machine_check_layer_adds_its_cells_to_the_study_machines(tiny_study):
     kept = {Path(o).name for o in outputs if o.startswith(f"{machine_dir}/")}
     assert {"drafts.csv", "sweep_drafts_c.csv", "drafts_c.csv"} <= kept, kept
     assert all(o.startswith(("results/check/", f"{machine_dir}/")) for o in outputs if o.startswith("results/"))
-
-
-@ON_TINY_STUDY
-def test_adding_a_draft_schedules_only_its_jobs(tiny_study):
-    root, config = tiny_study
-    more = copy.deepcopy(config)
-    more["drafts"] = config["drafts"] + ["tiny-draft1"]
-    more["decoding"]["sampled"]["drafts"] = config["decoding"]["sampled"]["drafts"] + ["tiny-draft1"]
-    result = snakemake(root, "--dry-run", "--cores", "1", configfile=write_config(root / "more_drafts.yaml", more))
-    assert result.returncode == 0, result.stderr[-3000:]
-    counts = job_counts(result.stdout)
-    n_sampled = len(config["decoding"]["sampled"]["k"]) * len(config["decoding"]["sampled"]["seeds"])
-    assert counts["prepare_model"] == 1
-    assert counts["decode"] == len(config["domains"]) * (len(config["decoding"]["k"]) + n_sampled)
-    assert "make_prompts" not in counts
-    assert all("draft=tiny-draft1" in b for b in _job_blocks(result.stdout, "decode"))
 
 
 @ON_TINY_STUDY
@@ -449,23 +447,6 @@ def test_cuda_device_requests_a_gpu_for_decode_jobs(fresh_study, tmp_path):
     decode_jobs = _job_blocks(result.stdout, "decode")
     assert decode_jobs and all("gpu=1" in b for b in decode_jobs)
 
-
-
-@ON_TINY_STUDY
-def test_adding_a_draft_kind_schedules_exactly_its_jobs(tiny_study, tmp_path):
-    root, config = tiny_study
-    more = copy.deepcopy(config)
-    more["draft_kinds"] = dict(config["draft_kinds"], trunc2={"kind": "truncated", "model": "tiny-draft0", "layers": 2})
-    more["drafts"] = config["drafts"] + ["trunc2"]
-    more["decoding"]["sampled"]["drafts"] = config["decoding"]["sampled"]["drafts"] + ["trunc2"]
-    result = snakemake(root, "--dry-run", "--cores", "1", configfile=write_config(tmp_path / "trunc.yaml", more))
-    assert result.returncode == 0, result.stderr[-3000:]
-    counts = job_counts(result.stdout)
-    n_sampled = len(config["decoding"]["sampled"]["k"]) * len(config["decoding"]["sampled"]["seeds"])
-    assert counts["derive_truncated_draft"] == 1 and "prepare_model" not in counts
-    assert counts["decode"] == len(config["domains"]) * (len(config["decoding"]["k"]) + n_sampled)
-    decode_blocks = _job_blocks(result.stdout, "decode")
-    assert all("draft=trunc2" in b for b in decode_blocks)
 
 
 @ON_TINY_STUDY

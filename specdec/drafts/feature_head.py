@@ -47,7 +47,10 @@ class HeadConfig:
 
     @classmethod
     def of_target(cls, config) -> HeadConfig:
-        """From a Hugging Face (Qwen2/Llama-style) config."""
+        """From a Hugging Face (Qwen2/Llama-style) config, or a GGUF file's (specdec.gguf_model.GGUFConfig)."""
+        if hasattr(config, "ffn"):  # a GGUF file's
+            return cls(config.hidden, config.heads, config.kv_heads, config.head_dim, config.ffn,
+                       float(config.rope_theta), float(config.rms_eps), int(config.vocab_size))
         head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
         theta = getattr(config, "rope_theta", None) or (getattr(config, "rope_parameters", None) or {}).get(
             "rope_theta", 10000.0)
@@ -82,8 +85,7 @@ class HeadCache:
             self.keys, self.values = self.keys[:, :length], self.values[:, :length]
 
 
-def _rotary(positions: torch.Tensor, head_dim: int, theta: float, dtype: torch.dtype):
-    inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.float) / head_dim))
+def _rotary(positions: torch.Tensor, inv_freq: torch.Tensor, dtype: torch.dtype):
     angles = positions.float()[:, None] * inv_freq
     emb = torch.cat([angles, angles], dim=-1)
     return emb.cos().to(dtype), emb.sin().to(dtype)
@@ -116,6 +118,7 @@ class FeatureHead(nn.Module):
                 len(vocab.unique()) != len(vocab):
             raise ValueError(f"draft_vocab must be distinct token ids in 0..{c.vocab_size - 1}")
         self.register_buffer("draft_vocab", vocab.sort().values.long())
+        self._inv_freq = 1.0 / (c.rope_theta ** (torch.arange(0, c.head_dim, 2, dtype=torch.float) / c.head_dim))
 
     def forward(self, features: torch.Tensor, embeddings: torch.Tensor, positions: torch.Tensor,
                 cache: HeadCache | None = None) -> torch.Tensor:
@@ -126,7 +129,7 @@ class FeatureHead(nn.Module):
         batch, rows, _ = features.shape
         hidden = self.fc(torch.cat([features, embeddings], dim=-1))
         x = self.attn_norm(hidden)
-        cos, sin = _rotary(positions, c.head_dim, c.rope_theta, x.dtype)
+        cos, sin = _rotary(positions, self._inv_freq, x.dtype)
         q = _rotate(self.q_proj(x).view(batch, rows, c.heads, c.head_dim).transpose(1, 2), cos, sin)
         k = _rotate(self.k_proj(x).view(batch, rows, c.kv_heads, c.head_dim).transpose(1, 2), cos, sin)
         v = self.v_proj(x).view(batch, rows, c.kv_heads, c.head_dim).transpose(1, 2)
@@ -137,7 +140,8 @@ class FeatureHead(nn.Module):
                 k, v = torch.cat([cache.keys[None], k], dim=2), torch.cat([cache.values[None], v], dim=2)
             cache.keys, cache.values = k[0], v[0]
         length = k.shape[2]
-        mask = torch.ones(rows, length, dtype=torch.bool, device=q.device).tril(length - rows)
+        # one query row sees every key; several: causal among themselves, after the cached ones
+        mask = None if rows == 1 else torch.ones(rows, length, dtype=torch.bool).tril(length - rows)
         out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)
         hidden = hidden + self.o_proj(out.transpose(1, 2).reshape(batch, rows, c.heads * c.head_dim))
         x = self.ffn_norm(hidden)
@@ -178,17 +182,67 @@ class TargetParts:
         if inner is None or not hasattr(inner, "embed_tokens") or not hasattr(inner, "norm") or \
                 model.get_output_embeddings() is None:
             raise TypeError(f"{type(model).__name__}: a feature head needs a decoder-only causal LM with "
-                            "model.embed_tokens, model.norm and an LM head (Llama/Qwen2-style)")
+                            "model.embed_tokens, model.norm and an LM head (Llama/Qwen2-style), or a LeanLM session")
         self.model = model
         self.embed = inner.embed_tokens
         self.norm = inner.norm
         self.lm_head = model.get_output_embeddings()
+        self.vocab_size, self.hidden_size = self.lm_head.weight.shape
+
+    def head_rows(self, draft_vocab: torch.Tensor) -> torch.Tensor:
+        """The LM head's rows of the drafting vocabulary, (len(draft_vocab), hidden), a copy."""
+        return self.lm_head.weight[draft_vocab].detach().clone()
 
     def head_logits(self, features: torch.Tensor, draft_vocab: torch.Tensor) -> torch.Tensor:
         """Logits over the drafting vocabulary of (normed) features (..., hidden) -> (..., len(draft_vocab))."""
         weight = self.lm_head.weight[draft_vocab]
         bias = getattr(self.lm_head, "bias", None)
         return F.linear(features, weight, None if bias is None else bias[draft_vocab])
+
+    def new_session(self):
+        from ..lm import CachedLM
+
+        return CachedLM(self.model)
+
+
+class GGUFTargetParts:
+    """The same parts of a target run from its GGUF file (a LeanLM session): embedding rows and the LM head's rows
+    dequantised (exactly the file's values), the final norm on the batch-invariant row kernel."""
+
+    def __init__(self, session):
+        self.model = session.model
+        c = self.model.config
+        self.vocab_size, self.hidden_size, self._eps = c.vocab_size, c.hidden, c.rms_eps
+        self._max_length = session.max_length
+
+    def embed(self, tokens: torch.Tensor) -> torch.Tensor:
+        return self.model.embedding.dequantize_rows([int(t) for t in tokens.reshape(-1)])
+
+    def norm(self, x: torch.Tensor) -> torch.Tensor:
+        from .. import rowops
+
+        return rowops.rms_norm(x.reshape(-1, self.hidden_size).contiguous(), self.model.output_norm,
+                               self._eps).reshape(x.shape)
+
+    def head_rows(self, draft_vocab: torch.Tensor) -> torch.Tensor:
+        return self.model.output.dequantize_rows(draft_vocab.tolist())
+
+    def new_session(self):
+        from ..lean import LeanLM
+
+        return LeanLM(self.model, max_length=self._max_length)
+
+
+def target_parts(target) -> TargetParts | GGUFTargetParts:
+    """The parts a head reuses, of a Hugging Face model (or a session over one) or of a LeanLM session."""
+    from ..lean import LeanLM
+
+    if isinstance(target, LeanLM):
+        return GGUFTargetParts(target)
+    inner = getattr(target, "model", None)
+    if not hasattr(target, "get_output_embeddings") and hasattr(inner, "get_output_embeddings"):
+        target = inner  # a session (CachedLM, PrefixMemoLM) over a Hugging Face model
+    return TargetParts(target)
 
 
 class FeatureHeadDraft:
@@ -200,17 +254,20 @@ class FeatureHeadDraft:
     elsewhere."""
 
     def __init__(self, head: FeatureHead, target_model, eos_token_ids: Sequence[int] | None = None):
+        """target_model: the target as the decode job runs it: a Hugging Face model (or a session over one), or a
+        LeanLM session (the gguf regime)."""
         self.head = head.eval()
-        self.parts = TargetParts(target_model)
+        self.parts = target_parts(target_model)
         self.vocab_size = head.config.vocab_size
-        if self.parts.lm_head.weight.shape[0] != self.vocab_size:
-            raise ValueError(f"the head was made for a vocabulary of {self.vocab_size}, the target's LM head has "
-                             f"{self.parts.lm_head.weight.shape[0]} rows")
+        if (self.parts.vocab_size, self.parts.hidden_size) != (self.vocab_size, head.config.hidden_size):
+            raise ValueError(f"the head was made for a target of vocabulary {self.vocab_size} and width "
+                             f"{head.config.hidden_size}; this target has {self.parts.vocab_size} and "
+                             f"{self.parts.hidden_size}")
         self.eos_token_ids = frozenset(eos_token_ids or ())
         # the LM head's rows of the drafting vocabulary, copied once: a step reads only these
         with torch.no_grad():
             self._vocab = head.draft_vocab
-            self._head_rows = self.parts.lm_head.weight[self._vocab].detach().clone()
+            self._head_rows = self.parts.head_rows(self._vocab).to(head.fc.weight.dtype)
         self._target = self._own = None
         self._cache = HeadCache()
         self._drafted_from = 0  # the last head position of the block fed with a target feature
@@ -227,9 +284,7 @@ class FeatureHeadDraft:
     def _run_own_target(self, verified: Sequence[int]) -> None:
         """Without the loop's session: our own, fed up to `verified` (what the loop's target would have seen)."""
         if self._own is None:
-            from ..lm import CachedLM
-
-            self._own, self._own_tokens = CachedLM(self.parts.model), []
+            self._own, self._own_tokens = self.parts.new_session(), []
             self._own.keep_hidden_states()
             self._target = self._own
         common = 0
@@ -264,7 +319,8 @@ class FeatureHeadDraft:
         for i in range(k):
             start = time.perf_counter()
             positions = torch.arange(first, first + len(tokens))
-            hidden = self.head(features[None], self.parts.embed(tokens)[None], positions, self._cache)[0, -1]
+            embeddings = self.parts.embed(tokens).to(features.dtype)
+            hidden = self.head(features[None], embeddings[None], positions, self._cache)[0, -1]
             predicted = self.parts.norm(hidden)  # the predicted feature of the last position fed
             logits = F.linear(predicted, self._head_rows)
             if sampling.greedy:
@@ -297,7 +353,9 @@ class FeatureHeadDraft:
 
 
 def untrained_head(target_model, draft_vocab: Sequence[int] | None = None, seed: int = 0) -> FeatureHead:
-    """A freshly initialised head for a Hugging Face target, in the target's dtype (what training starts from)."""
+    """A freshly initialised head for a target (a Hugging Face model, in its dtype; or a LeanLM session, in fp32):
+    what training starts from."""
     torch.manual_seed(seed)
     head = FeatureHead(HeadConfig.of_target(target_model.config), draft_vocab)
-    return head.to(next(target_model.parameters()).dtype).eval()
+    parameters = getattr(target_model, "parameters", None)
+    return head.to(next(parameters()).dtype if parameters else torch.float32).eval()

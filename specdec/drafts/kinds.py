@@ -64,7 +64,7 @@ def _untrained_feature_head(spec: Mapping, target):
     from .feature_head import untrained_head
 
     vocab = spec.get("vocab")  # untrained: the first ids (training takes the most frequent tokens of its data)
-    return untrained_head(target, None if vocab is None else range(min(vocab, target.config.vocab_size)))
+    return untrained_head(target, None if vocab is None else range(min(vocab, int(target.config.vocab_size))))
 
 
 def _named_model_cost(name: str, spec: Mapping) -> DraftCost:

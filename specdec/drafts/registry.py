@@ -98,7 +98,8 @@ class DraftKind:
 
     def gguf_model(self, draft: str, spec: Mapping) -> tuple[str, int | None] | None:
         """In the gguf regime: (the model under `models` whose GGUF file this draft runs, the number of its first
-        layers it keeps or None for all), or None for a kind that loads no model. A kind whose model is its own and
+        layers it keeps or None for all), or None for a kind that loads no GGUF file (no model, or one of its own
+        kind that `load` reads in either regime). A kind whose model is its own and
         not a cut of another's (distilled: trained weights) has no GGUF file: DraftSpecError naming the draft."""
         if self.model is None:
             return None
@@ -106,6 +107,8 @@ class DraftKind:
             return spec["model"], None
         if self.gguf_cut:
             return spec["model"], int(spec["layers"])
+        if self.load is not None:  # weights of its own kind (a feature head), loaded the same way in either regime
+            return None
         raise DraftSpecError(f"draft {draft!r}: a {self.name!r} draft runs weights of its own (made by the "
                              f"{self.made_by!r} stage, saved as safetensors), which have no GGUF file: it cannot run "
                              "with runtime weights 'gguf'")

@@ -62,15 +62,17 @@ def load_draft_model(name: str, spec: Mapping, draft_dir, target_tokenizer, runt
     'safetensors': the prepared model directory `draft_dir`; 'gguf': a session over the GGUF file `draft_dir` (its
     first layers for a truncated cut), sharing the target's weights where it is the target's file (target: the
     target's session; target_tokenizer: its vocabulary)."""
+    kind = get_kind(spec["kind"], f"draft {name!r}: kind")
+    if kind.load is not None:  # a model of its own kind (a feature head), made for this target, in either regime
+        if not draft_dir:
+            raise ValueError(f"draft {name!r} of kind {spec['kind']!r} needs its model directory")
+        return kind.load(draft_dir, target)
     if runtime.weights == "gguf":
         from ..gguf_loading import load_gguf_draft
 
         return load_gguf_draft(name, spec, draft_dir, target, target_tokenizer, runtime)
     if not draft_dir:
         raise ValueError(f"draft {name!r} of kind {spec['kind']!r} needs a prepared model directory")
-    kind = get_kind(spec["kind"], f"draft {name!r}: kind")
-    if kind.load is not None:  # a model of its own kind (a feature head), made for this target
-        return kind.load(draft_dir, target)
     model, tokenizer = load_for_decoding(draft_dir, draft_runtime(spec, runtime), backend_tables)
     check_same_vocabulary(target_tokenizer, tokenizer, "target", name)
     return model

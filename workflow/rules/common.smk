@@ -118,6 +118,8 @@ def draft_gguf_model(name):
 def draft_model_input(wildcards):
     """The weights a draft loads, if it loads any: its prepared model directory, or in the gguf regime its model's
     GGUF file."""
+    if draft_kind(wildcards.draft).load is not None:  # its own directory in either regime (a feature head)
+        return {"draft": model_dir(draft_model_name(wildcards.draft))}
     if GGUF:
         name = draft_gguf_model(wildcards.draft)
         return {"draft": gguf_file(name)} if name else {}

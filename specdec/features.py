@@ -1,0 +1,37 @@
+"""The target's features as a session keeps them: its final hidden states (after the final norm: what the LM head
+reads) of every position it has computed, for a draft that reads them (specdec.drafts.feature_head)."""
+
+from __future__ import annotations
+
+import torch
+
+
+class FeatureBuffer:
+    """Rows of positions first..length-1, appended per forward and cut back at a crop, in a buffer that doubles (no
+    copy of the whole per step). first: the session's length when it began keeping them (earlier ones are unknown)."""
+
+    def __init__(self, first: int = 0):
+        self._rows: torch.Tensor | None = None
+        self.first = self.length = first
+
+    def append(self, rows: torch.Tensor) -> None:
+        rows = rows.detach()
+        held, end = self.length - self.first, self.length - self.first + rows.shape[0]
+        if self._rows is None or end > self._rows.shape[0] or self._rows.dtype != rows.dtype:
+            grown = rows.new_empty((max(2 * end, 64), rows.shape[1]))
+            if self._rows is not None and held:
+                grown[:held] = self._rows[:held]
+            self._rows = grown
+        self._rows[held:end] = rows
+        self.length += rows.shape[0]
+
+    def rows(self, start: int, end: int) -> torch.Tensor:
+        if not self.first <= start <= end <= self.length:
+            raise IndexError(f"hidden states of positions {start}..{end - 1} asked; positions {self.first}.."
+                             f"{self.length - 1} are held (kept from position {self.first} on)")
+        return self._rows[start - self.first:end - self.first]
+
+    def crop(self, length: int) -> None:
+        if length < self.first:  # a reset or a crop below what was kept: start again from there
+            self.first = length
+        self.length = min(self.length, length)
