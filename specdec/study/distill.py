@@ -112,14 +112,8 @@ def distill(student, sequences: pd.DataFrame, tensors: dict[str, torch.Tensor], 
     checkpoint there and writes one every settings.checkpoint_every steps."""
     params = _trainable(student, settings.train_head)
     optimizer = torch.optim.AdamW(params, lr=settings.learning_rate, weight_decay=settings.weight_decay)
-    curve: list[dict] = []
-    first = 0
-    if checkpoint_dir is not None and (Path(checkpoint_dir) / "state.json").exists():
-        first, curve = load_checkpoint(student, optimizer, Path(checkpoint_dir))
-        log(f"resuming from step {first}")
-    rng = np.random.default_rng(settings.seed)
-    for _ in range(first):  # the same batches as an uninterrupted run
-        rng.choice(len(sequences), size=settings.batch_size)
+    first, curve, rng = resume_training(student, optimizer, checkpoint_dir, len(sequences), settings.batch_size,
+                                        settings.seed, log)
     student.train()
     for step in range(first, settings.steps):
         start = time.perf_counter()
@@ -137,6 +131,22 @@ def distill(student, sequences: pd.DataFrame, tensors: dict[str, torch.Tensor], 
     for p in student.parameters():
         p.requires_grad_(False)
     return pd.DataFrame(curve, columns=["step", "loss", "seconds"])
+
+
+def resume_training(model, optimizer, checkpoint_dir: Path | None, n_items: int, batch_size: int, seed: int,
+                    log: Callable[[str], None] = print) -> tuple[int, list[dict], np.random.Generator]:
+    """(the step to start from, the loss curve so far, the batch sampler): from the last checkpoint in
+    checkpoint_dir if there is one (weights and optimizer state loaded into model and optimizer), the sampler
+    positioned where an uninterrupted run's would be, so a resumed run draws the same batches."""
+    curve: list[dict] = []
+    first = 0
+    if checkpoint_dir is not None and (Path(checkpoint_dir) / "state.json").exists():
+        first, curve = load_checkpoint(model, optimizer, Path(checkpoint_dir))
+        log(f"resuming from step {first}")
+    rng = np.random.default_rng(seed)
+    for _ in range(first):
+        rng.choice(n_items, size=batch_size)
+    return first, curve, rng
 
 
 def save_checkpoint(student, optimizer, directory: Path, step: int, curve: list[dict], settings) -> None:

@@ -23,7 +23,6 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Callable, Sequence
 
-import numpy as np
 import pandas as pd
 import torch
 import torch.nn.functional as F
@@ -32,7 +31,7 @@ from safetensors.torch import load_file, save_file
 
 from ..drafts.feature_head import WEIGHTS_FILE, FeatureHead, TargetParts, untrained_head
 from ..errors import DraftSpecError
-from .distill import load_checkpoint, save_checkpoint
+from .distill import resume_training, save_checkpoint
 from .io import atomic_path, write_text
 
 FEATURES_FILE = "features.safetensors"
@@ -135,14 +134,8 @@ def train_feature_head(head: FeatureHead, parts: TargetParts, features: Sequence
         p.requires_grad_(False)
     params = [p for p in head.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=settings.learning_rate)
-    curve: list[dict] = []
-    first = 0
-    if checkpoint_dir is not None and (Path(checkpoint_dir) / "state.json").exists():
-        first, curve = load_checkpoint(head, optimizer, Path(checkpoint_dir))
-        log(f"resuming from step {first}")
-    rng = np.random.default_rng(settings.seed)
-    for _ in range(first):  # the same batches as an uninterrupted run
-        rng.choice(len(sequences), size=settings.batch_size)
+    first, curve, rng = resume_training(head, optimizer, checkpoint_dir, len(sequences), settings.batch_size,
+                                        settings.seed, log)
     head.train()
     for step in range(first, settings.steps):
         start = time.perf_counter()
