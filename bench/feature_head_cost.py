@@ -4,13 +4,15 @@
 
 The cost of a head does not depend on its training, so an untrained head of the real target's shape is timed: per
 round, interleaved, one target one-token step (on a context of --context tokens) and one head draft step (one
-token: fc, one decoder layer, the target's final norm, the LM head rows of the drafting vocabulary). Both regimes:
+token: fc, one decoder layer, the target's final norm, the LM head rows of the drafting vocabulary), its weights in
+fp32 or bf16, on the engine's native products where built. Both regimes:
 the fp32 target (prepared model directory, the study's invariant kernel) and the GGUF file on the lean engine.
 Medians with 95% bootstrap intervals of the ratio. A timing: run it alone."""
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import time
 
 import numpy as np
@@ -19,6 +21,7 @@ import torch
 
 from specdec.drafts.feature_head import FeatureHeadDraft, untrained_head
 from specdec.gguf_loading import load_gguf_for_decoding
+from specdec.kernels import linear_backends
 from specdec.lm import CachedLM
 from specdec.loading import Runtime, load_for_decoding
 from specdec.sampling import SamplingConfig
@@ -52,7 +55,8 @@ def time_pair(target_session, head_draft, context: list[int], rounds: int) -> tu
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default="qwen2.5-coder-1.5b-instruct")
-    parser.add_argument("--vocab", type=int, nargs="+", default=[32768, 151936])
+    parser.add_argument("--vocab", type=int, nargs="+", default=[32768, 8192])
+    parser.add_argument("--dtypes", nargs="+", default=["float32", "bfloat16"])
     parser.add_argument("--context", type=int, default=256)
     parser.add_argument("--rounds", type=int, default=30)
     parser.add_argument("--threads", type=int, default=2)
@@ -64,12 +68,14 @@ def main() -> None:
     lean, _ = load_gguf_for_decoding(f"resources/gguf/{args.model}.gguf", Runtime(weights="gguf",
                                                                                  threads=args.threads))
     machine, rows = machine_record(args.threads), []
-    for vocab in args.vocab:
+    for vocab, dtype in itertools.product(args.vocab, args.dtypes):
         head = untrained_head(fp32, range(min(vocab, fp32.config.vocab_size))).float()
         for regime, session, target in (("fp32", CachedLM(fp32), fp32), ("gguf", lean, lean)):
-            target_s, head_s = time_pair(session, FeatureHeadDraft(head, target), context, args.rounds)
+            draft = FeatureHeadDraft(head, target, dtype=getattr(torch, dtype))
+            target_s, head_s = time_pair(session, draft, context, args.rounds)
             ratio, lo, hi = bootstrap_median_interval(head_s / target_s)
-            rows.append({"regime": regime, "drafting_vocabulary": len(head.draft_vocab), "context": args.context,
+            rows.append({"regime": regime, "drafting_vocabulary": len(head.draft_vocab), "head_dtype": dtype,
+                         "head_products": linear_backends(draft.head, 1), "context": args.context,
                          "target_step_ms": 1e3 * float(np.median(target_s)),
                          "head_step_ms": 1e3 * float(np.median(head_s)), "c": ratio, "c_lo": lo, "c_hi": hi,
                          "rounds": args.rounds, "threads": args.threads, "machine": machine["id"],

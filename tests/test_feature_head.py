@@ -286,3 +286,25 @@ def test_a_head_behind_prompt_lookup_keeps_greedy_identity_and_both_draft(target
             draft.model.propose = counted("head", draft.model.propose)
             assert generate_speculative(target, draft, ids, 3, 14).tokens == baseline, prompt
     assert blocks["head"] > 0 and blocks["lookup"] > 0, blocks
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_the_drafting_copy_runs_on_the_native_kernels_keeps_identity_and_leaves_the_head_alone(dtype):
+    from specdec.kernels import invariant_kernels_available, linear_backends
+
+    target32 = tiny_qwen2(vocab_size=64, num_layers=2, seed=0, dtype=torch.float32)
+    head = untrained_head(target32, range(48), seed=1)
+    before = {name: tensor.clone() for name, tensor in head.state_dict().items()}
+    draft = FeatureHeadDraft(head, target32, dtype=dtype)
+    assert draft.head.fc.weight.dtype == dtype and head.fc.weight.dtype == torch.float32
+    if invariant_kernels_available():
+        assert linear_backends(draft.head, 1) == ("avx2" if dtype == torch.float32 else "avx2-bf16")
+    g = torch.Generator().manual_seed(6)
+    drafted = 0
+    for n in (2, 7):
+        ids = torch.randint(0, 64, (1, n), generator=g)
+        result = generate_speculative(target32, FeatureHeadDraft(head, target32, dtype=dtype), ids, 3, 12)
+        assert result.tokens == generate_baseline(target32, ids, 12).tokens
+        drafted += result.drafted
+    assert drafted > 0
+    assert all(torch.equal(head.state_dict()[name], tensor) for name, tensor in before.items())

@@ -16,6 +16,7 @@ other token: the exact rule needs nothing of q but that the drafted token was dr
 
 from __future__ import annotations
 
+import copy
 import json
 import time
 from dataclasses import asdict, dataclass
@@ -221,7 +222,7 @@ class GGUFTargetParts:
     def norm(self, x: torch.Tensor) -> torch.Tensor:
         from .. import rowops
 
-        return rowops.rms_norm(x.reshape(-1, self.hidden_size).contiguous(), self.model.output_norm,
+        return rowops.rms_norm(x.float().reshape(-1, self.hidden_size).contiguous(), self.model.output_norm,
                                self._eps).reshape(x.shape)
 
     def head_rows(self, draft_vocab: torch.Tensor) -> torch.Tensor:
@@ -253,10 +254,12 @@ class FeatureHeadDraft:
     the context itself, in a session of its own. q is the warped softmax over the drafting vocabulary, zero
     elsewhere."""
 
-    def __init__(self, head: FeatureHead, target_model, eos_token_ids: Sequence[int] | None = None):
+    def __init__(self, head: FeatureHead, target_model, eos_token_ids: Sequence[int] | None = None, *,
+                 dtype: torch.dtype | None = None):
         """target_model: the target as the decode job runs it: a Hugging Face model (or a session over one), or a
-        LeanLM session (the gguf regime)."""
-        self.head = head.eval()
+        LeanLM session (the gguf regime). dtype: the drafting copy's weights (default: the head's; bfloat16 halves
+        the bytes a step reads). Where the engine's native kernels are built, the head's products and the LM head
+        rows run on them (one-row products near the bandwidth floor) instead of torch's."""
         self.parts = target_parts(target_model)
         self.vocab_size = head.config.vocab_size
         if (self.parts.vocab_size, self.parts.hidden_size) != (self.vocab_size, head.config.hidden_size):
@@ -264,10 +267,10 @@ class FeatureHeadDraft:
                              f"{head.config.hidden_size}; this target has {self.parts.vocab_size} and "
                              f"{self.parts.hidden_size}")
         self.eos_token_ids = frozenset(eos_token_ids or ())
+        self._vocab = head.draft_vocab
         # the LM head's rows of the drafting vocabulary, copied once: a step reads only these
-        with torch.no_grad():
-            self._vocab = head.draft_vocab
-            self._head_rows = self.parts.head_rows(self._vocab).to(head.fc.weight.dtype)
+        self._dtype = dtype or head.fc.weight.dtype
+        self.head, self._rows = _drafting_copy(head, self.parts.head_rows(self._vocab), self._dtype)
         self._target = self._own = None
         self._cache = HeadCache()
         self._drafted_from = 0  # the last head position of the block fed with a target feature
@@ -313,7 +316,7 @@ class FeatureHeadDraft:
         # with the target's features (it has verified context[:-1]).
         first, last = self._cache.length + 1, len(context) - 1
         proposal = Proposal(tokens=[], q=None, catchup_tokens=last - first + 1 if last > first else 0)
-        features = self._target.hidden_states(first - 1, last).to(self.head.fc.weight.dtype)
+        features = self._target.hidden_states(first - 1, last).to(self._dtype)
         tokens = torch.tensor(context[first:last + 1])
         q_rows = []
         for i in range(k):
@@ -321,8 +324,8 @@ class FeatureHeadDraft:
             positions = torch.arange(first, first + len(tokens))
             embeddings = self.parts.embed(tokens).to(features.dtype)
             hidden = self.head(features[None], embeddings[None], positions, self._cache)[0, -1]
-            predicted = self.parts.norm(hidden)  # the predicted feature of the last position fed
-            logits = F.linear(predicted, self._head_rows)
+            predicted = self.parts.norm(hidden).to(hidden.dtype)  # the predicted feature of the last position fed
+            logits = self._rows(predicted[None])[0].float()
             if sampling.greedy:
                 token = int(self._vocab[torch.argmax(logits)])
             else:
@@ -350,6 +353,25 @@ class FeatureHeadDraft:
     def rollback(self, valid_length: int) -> None:
         # keep only positions fed with the target's own features (t <= the last context position of the block)
         self._cache.crop(min(self._drafted_from, valid_length))
+
+
+def _drafting_copy(head: FeatureHead, rows: torch.Tensor, dtype: torch.dtype) -> tuple[FeatureHead, nn.Module]:
+    """The head and its LM head rows as drafting runs them: in `dtype`, on the native kernels where built (fp32:
+    the AVX2 product; bf16: the AVX2 kernel reading the bf16 weights). The head given is left as it is (training
+    and saving use it)."""
+    from .. import kernels
+
+    head = copy.deepcopy(head).to(dtype).eval()
+    linear = nn.Linear(rows.shape[1], rows.shape[0], bias=False, dtype=dtype)
+    with torch.no_grad():
+        linear.weight.copy_(rows.to(dtype))
+    drafting = nn.ModuleDict({"head": head, "rows": linear}).requires_grad_(False)
+    if kernels.invariant_kernels_available():
+        if dtype == torch.bfloat16:
+            kernels.use_row_adaptive_bf16_linear(drafting, default="avx2-bf16")
+        elif dtype == torch.float32:
+            kernels.use_backends(drafting, "avx2")
+    return drafting["head"], drafting["rows"]
 
 
 def untrained_head(target_model, draft_vocab: Sequence[int] | None = None, seed: int = 0) -> FeatureHead:

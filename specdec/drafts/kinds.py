@@ -50,7 +50,11 @@ def _feature_head(spec: Mapping, resources: DraftResources):
     from .feature_head import FeatureHeadDraft
     from .hybrid import HybridDraft
 
-    head = FeatureHeadDraft(resources.draft_model(), resources.target, eos_token_ids=sorted(resources.eos_token_ids))
+    import torch
+
+    dtype = getattr(torch, spec["dtype"]) if spec.get("dtype") else None
+    head = FeatureHeadDraft(resources.draft_model(), resources.target, eos_token_ids=sorted(resources.eos_token_ids),
+                            dtype=dtype)
     return HybridDraft(_lookup(spec, resources), head) if spec.get("lookup") else head
 
 
@@ -95,6 +99,8 @@ register(DraftKind(
     {"vocab": {"type": "integer", "minimum": 2, "description": "drafting vocabulary: the most frequent tokens of "
                                                                  "the training data (default: every token)"},
      "training": {"type": "object", "description": "the head's training (docs/feature-head.md)"},
+     "dtype": {**DTYPE, "description": "the head's weights and LM head rows while drafting (default: as trained, "
+                                        "float32); bfloat16 halves the bytes of a step, in either regime"},
      "lookup": {"type": "boolean", "description": "prompt lookup where it finds a match, the head elsewhere (as the "
                                                   "hybrid kind)"}, **LOOKUP_FIELDS},
     model="own", made_by="train_feature_head", load=_load_feature_head, untrained=_untrained_feature_head,

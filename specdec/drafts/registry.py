@@ -160,7 +160,7 @@ def gguf_draft_source(name: str, spec: Mapping) -> tuple[str, int | None] | None
     precision; nothing converts them)."""
     kind = get_kind(spec["kind"], f"draft {name!r}: kind")
     dtype = spec.get("dtype")
-    if dtype not in (None, "float32") and kind.model is not None:
+    if dtype not in (None, "float32") and kind.model is not None and kind.load is None:
         raise DraftSpecError(f"draft {name!r}: dtype {dtype!r} has no meaning with runtime weights 'gguf' (the draft "
                              "runs its GGUF file's own tensor types); define the draft without 'dtype'")
     return kind.gguf_model(name, spec)
