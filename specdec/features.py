@@ -35,3 +35,27 @@ class FeatureBuffer:
         if length < self.first:  # a reset or a crop below what was kept: start again from there
             self.first = length
         self.length = min(self.length, length)
+
+
+class KeepsFeatures:
+    """The verbs a session gives a draft that reads its features (`keep_hidden_states`, `hidden_states`), over a
+    FeatureBuffer the session appends to in its forward and cuts back in `_crop_features` at crop and reset.
+    The session has a `length` (positions it holds)."""
+
+    _features: FeatureBuffer | None = None
+
+    def keep_hidden_states(self) -> None:
+        """From now on keep the final hidden state (after the final norm: what the LM head reads) of every position
+        the session computes, for a draft that reads them (a feature head). The forward computes them anyway."""
+        if self._features is None:
+            self._features = FeatureBuffer(first=self.length)
+
+    def hidden_states(self, start: int, end: int) -> torch.Tensor:
+        """(end - start, hidden) final hidden states of positions start..end-1 (keep_hidden_states first)."""
+        if self._features is None:
+            raise RuntimeError("hidden_states needs keep_hidden_states() before the positions are computed")
+        return self._features.rows(start, end)
+
+    def _crop_features(self, length: int) -> None:
+        if self._features is not None:
+            self._features.crop(length)

@@ -25,7 +25,7 @@ import torch.nn.functional as F
 
 from . import attention, quant, rowops
 from .attention import MAX_INVARIANT_ROWS, causal_attention
-from .features import FeatureBuffer
+from .features import KeepsFeatures
 from .gguf_model import GGUFModel, read_gguf
 
 DEFAULT_MAX_LENGTH = 4096
@@ -56,7 +56,7 @@ def product_kernel() -> str:
     return "gguf-native"
 
 
-class LeanLM:
+class LeanLM(KeepsFeatures):
     """A session (extend / crop / reset, like `lm.CachedLM`) over a GGUF model run by the lean forward.
 
     model: a `GGUFModel` (shared, never modified: sessions over one file share its weights) or a GGUF file's path.
@@ -87,18 +87,6 @@ class LeanLM:
         self._cos, self._sin = rotary_tables(c.head_dim, c.rope_theta, max_length)
         self._length = 0
         self.last_hidden: torch.Tensor | None = None
-        self._features: FeatureBuffer | None = None
-
-    def keep_hidden_states(self) -> None:
-        """From now on keep every computed position's final hidden state after the final norm (what the head reads),
-        for a draft that reads them (lm.CachedLM.keep_hidden_states: the same verbs)."""
-        if self._features is None:
-            self._features = FeatureBuffer(first=self._length)
-
-    def hidden_states(self, start: int, end: int) -> torch.Tensor:
-        if self._features is None:
-            raise RuntimeError("hidden_states needs keep_hidden_states() before the positions are computed")
-        return self._features.rows(start, end)
 
     @property
     def length(self) -> int:
@@ -115,15 +103,13 @@ class LeanLM:
     def reset(self) -> None:
         self._length = 0
         self.last_hidden = None
-        if self._features is not None:
-            self._features.crop(0)
+        self._crop_features(0)
 
     def crop(self, length: int) -> None:
         if not isinstance(length, int) or not 0 <= length <= self._length:
             raise ValueError(f"cannot crop to {length}: the cache holds {self._length} tokens")
         self._length = length  # positions past it are overwritten by the next extend
-        if self._features is not None:
-            self._features.crop(length)
+        self._crop_features(length)
 
     @torch.inference_mode()
     def extend(self, tokens: Sequence[int], n_logits: int) -> torch.Tensor:

@@ -14,7 +14,7 @@ from typing import Protocol, Sequence
 import torch
 from transformers import DynamicCache, PreTrainedModel
 
-from .features import FeatureBuffer
+from .features import KeepsFeatures
 from .kernels import linear_backends
 
 
@@ -51,7 +51,7 @@ def vocab_size_of(model: PreTrainedModel) -> int:
     return int(model.get_output_embeddings().weight.shape[0])
 
 
-class CachedLM:
+class CachedLM(KeepsFeatures):
     """A Hugging Face causal LM with a KV cache that is rolled back by position."""
 
     def __init__(self, model: PreTrainedModel, eos_token_ids: Sequence[int] | None = None):
@@ -61,26 +61,13 @@ class CachedLM:
         self.eos_token_ids = frozenset(eos_token_ids) if eos_token_ids is not None else eos_ids_of(model)
         self._cache = DynamicCache(config=model.config)
         self._kernels: dict[int, str] = {}
-        self._features: FeatureBuffer | None = None
 
     @property
     def length(self) -> int:
         return self._cache.get_seq_length()
 
-    def keep_hidden_states(self) -> None:
-        """From now on keep the final hidden state (after the final norm: what the LM head reads) of every position
-        the model computes, for a draft that reads them (a feature head). The forward computes them anyway."""
-        if self._features is None:
-            self._features = FeatureBuffer(first=self.length)
-
     def _record_features(self, module, args, output) -> None:
         self._features.append(output.last_hidden_state[0])
-
-    def hidden_states(self, start: int, end: int) -> torch.Tensor:
-        """(end - start, hidden) final hidden states of positions start..end-1 (keep_hidden_states first)."""
-        if self._features is None:
-            raise RuntimeError("hidden_states needs keep_hidden_states() before the positions are computed")
-        return self._features.rows(start, end)
 
     def kernel_for(self, rows: int) -> str:
         """The linear backends a forward over `rows` positions runs on (recorded with each step)."""
@@ -90,8 +77,7 @@ class CachedLM:
 
     def reset(self) -> None:
         self._cache = DynamicCache(config=self.model.config)
-        if self._features is not None:
-            self._features.crop(0)
+        self._crop_features(0)
 
     @torch.inference_mode()
     def extend(self, tokens: Sequence[int], n_logits: int) -> torch.Tensor:
@@ -100,7 +86,9 @@ class CachedLM:
         input_ids = torch.tensor([list(tokens)], dtype=torch.long, device=self.device)
         # logits_to_keep: the LM head (vocab x hidden) only runs on the positions we decide on.
         # the features: a hook on the decoder for this forward only (other sessions may share the model)
-        hook = self.model.get_decoder().register_forward_hook(self._record_features) if self._features is not None else None
+        hook = None
+        if self._features is not None:
+            hook = self.model.get_decoder().register_forward_hook(self._record_features)
         try:
             out = self.model(input_ids=input_ids, cache=self._cache, use_cache=True, logits_to_keep=n_logits)
         finally:
@@ -115,8 +103,7 @@ class CachedLM:
         if excess:
             # transformers 5.x: a negative argument removes that many trailing positions.
             self._cache.crop(-excess)
-        if self._features is not None:
-            self._features.crop(length)
+        self._crop_features(length)
 
 
 class PrefixMemoLM:

@@ -308,3 +308,10 @@ def test_the_drafting_copy_runs_on_the_native_kernels_keeps_identity_and_leaves_
         drafted += result.drafted
     assert drafted > 0
     assert all(torch.equal(head.state_dict()[name], tensor) for name, tensor in before.items())
+
+
+def test_an_lm_head_with_a_bias_is_refused_by_name():
+    model = tiny_qwen2(vocab_size=64, num_layers=1, seed=2)
+    model.lm_head.bias = torch.nn.Parameter(torch.zeros(64, dtype=model.lm_head.weight.dtype))
+    with pytest.raises(TypeError, match="this LM head has a bias"):
+        TargetParts(model)

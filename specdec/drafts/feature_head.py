@@ -188,17 +188,14 @@ class TargetParts:
         self.embed = inner.embed_tokens
         self.norm = inner.norm
         self.lm_head = model.get_output_embeddings()
+        if getattr(self.lm_head, "bias", None) is not None:
+            raise TypeError(f"{type(model).__name__}: a feature head reuses the LM head's rows as a bias-free "
+                            "product; this LM head has a bias")
         self.vocab_size, self.hidden_size = self.lm_head.weight.shape
 
     def head_rows(self, draft_vocab: torch.Tensor) -> torch.Tensor:
         """The LM head's rows of the drafting vocabulary, (len(draft_vocab), hidden), a copy."""
         return self.lm_head.weight[draft_vocab].detach().clone()
-
-    def head_logits(self, features: torch.Tensor, draft_vocab: torch.Tensor) -> torch.Tensor:
-        """Logits over the drafting vocabulary of (normed) features (..., hidden) -> (..., len(draft_vocab))."""
-        weight = self.lm_head.weight[draft_vocab]
-        bias = getattr(self.lm_head, "bias", None)
-        return F.linear(features, weight, None if bias is None else bias[draft_vocab])
 
     def new_session(self):
         from ..lm import CachedLM

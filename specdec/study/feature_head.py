@@ -64,7 +64,7 @@ def settings_from_config(values: dict, key: str) -> FeatureHeadSettings:
 def target_features(model, sequences: Sequence[Sequence[int]], log: Callable[[str], None] = print
                     ) -> dict[str, torch.Tensor]:
     """features_{i}: (len(sequence i), hidden) fp16, the target's final hidden states after its final norm."""
-    decoder = TargetParts(model).model.get_decoder()
+    decoder = model.get_decoder()
     out = {}
     for i, ids in enumerate(sequences):
         start = time.perf_counter()
@@ -101,8 +101,12 @@ def drafting_vocabulary(sequences: Sequence[Sequence[int]], size: int | None, vo
 
 
 def head_losses(head: FeatureHead, parts: TargetParts, features: torch.Tensor, ids: torch.Tensor,
-                noise: float = 0.0, generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """(feature loss, token loss), means over positions 1..n-1 of one sequence: features (n, hidden), ids (n,)."""
+                noise: float = 0.0, generator: torch.Generator | None = None, rows: torch.Tensor | None = None
+                ) -> tuple[torch.Tensor, torch.Tensor]:
+    """(feature loss, token loss), means over positions 1..n-1 of one sequence: features (n, hidden), ids (n,).
+    rows: the LM head's rows of the head's drafting vocabulary (parts.head_rows; a training loop gathers them once)."""
+    if rows is None:
+        rows = parts.head_rows(head.draft_vocab)
     dtype = head.fc.weight.dtype
     features = features.to(dtype)
     inputs = features[:-1]
@@ -115,10 +119,9 @@ def head_losses(head: FeatureHead, parts: TargetParts, features: torch.Tensor, i
     out = head(inputs[None], embeddings[None], positions)[0]
     predicted = parts.norm(out)
     feature_loss = F.smooth_l1_loss(predicted, features[1:])
-    vocab = head.draft_vocab
     with torch.no_grad():
-        target_probs = torch.softmax(parts.head_logits(features[1:], vocab).float(), dim=-1)
-    token_loss = -(target_probs * torch.log_softmax(parts.head_logits(predicted, vocab).float(), -1)).sum(-1).mean()
+        target_probs = torch.softmax(F.linear(features[1:], rows).float(), dim=-1)
+    token_loss = -(target_probs * torch.log_softmax(F.linear(predicted, rows).float(), -1)).sum(-1).mean()
     return feature_loss, token_loss
 
 
@@ -136,6 +139,7 @@ def train_feature_head(head: FeatureHead, parts: TargetParts, features: Sequence
     optimizer = torch.optim.AdamW(params, lr=settings.learning_rate)
     first, curve, rng = resume_training(head, optimizer, checkpoint_dir, len(sequences), settings.batch_size,
                                         settings.seed, log)
+    rows = parts.head_rows(head.draft_vocab).to(head.fc.weight.dtype)  # gathered once, not per sequence and step
     head.train()
     for step in range(first, settings.steps):
         start = time.perf_counter()
@@ -143,7 +147,8 @@ def train_feature_head(head: FeatureHead, parts: TargetParts, features: Sequence
         losses = []
         for i in rng.choice(len(sequences), size=settings.batch_size):
             ids = torch.as_tensor(list(sequences[i]))[-settings.max_length:]
-            losses.append(head_losses(head, parts, features[i][-settings.max_length:], ids, settings.noise, noise))
+            losses.append(head_losses(head, parts, features[i][-settings.max_length:], ids, settings.noise, noise,
+                                      rows))
         feature_loss = torch.stack([f for f, _ in losses]).mean()
         token_loss = torch.stack([t for _, t in losses]).mean()
         loss = feature_loss + settings.token_weight * token_loss
