@@ -257,6 +257,7 @@ def build_tiny_study(root: Path, k: list[int] | None = None, drafts: int = 1) ->
                                "prompts_per_domain": 1, "seed": 0, "alpha": 0.01},
         "distillation": {"prompts_per_domain": 1, "seed": 1, "new_tokens": 6, "top_k": 8,
                          "training": {"steps": 3, "batch_size": 1, "learning_rate": 1e-3}},
+        "feature_head": {"data": {"prompts_per_domain": 1, "seed": 2, "new_tokens": 6, "engine": "safetensors"}},
         "peers": {"k": [3], "prompts_per_domain": 1, "repeats": 1, "domains": ["code"]},
         "reproduce": {"drafts": ["tiny-draft0"], "domains": ["code"], "k": [(k or [1, 3])[0]], "repeats": 2,
                       "prompts_per_domain": 1},

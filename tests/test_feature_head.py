@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import pandas as pd
+
 import pytest
 import torch
 
@@ -18,7 +20,9 @@ from specdec.study.distribution import exact_first_tokens
 from specdec.study.feature_head import (
     FeatureHeadSettings,
     drafting_vocabulary,
+    head_data,
     head_losses,
+    load_head_data,
     target_features,
     train_feature_head,
 )
@@ -206,6 +210,44 @@ def _self_distilled(target, n, length, seed):
         prompt = torch.randint(0, 64, (1, 4), generator=g)
         sequences.append(prompt[0].tolist() + generate_baseline(target, prompt, length).tokens)
     return sequences
+
+
+def test_head_data_is_the_targets_answers_with_its_features_and_resumes_part_by_part(target, tmp_path):
+    g = torch.Generator().manual_seed(3)
+    prompts = pd.DataFrame({"prompt_id": ["a", "b", "c"],
+                            "input_ids": [torch.randint(0, 64, (n,), generator=g).tolist() for n in (3, 5, 4)]})
+    out, parts, lines = tmp_path / "data", tmp_path / "parts", []
+    head_data(CachedLM(target), prompts, 6, out, parts, {"model": "tiny"}, part_size=2, log=lines.append)
+    ids, features = load_head_data(out)
+    assert not parts.exists() and len(lines) == 3
+    for prompt, row, kept in zip(prompts["input_ids"], ids, features):
+        answer = generate_baseline(target, torch.tensor([prompt]), 6).tokens
+        assert row == prompt + answer[:-1]  # the last token's feature was never computed
+        assert kept.dtype == torch.float16
+        torch.testing.assert_close(kept, full_features(target, row).half(), rtol=0, atol=2e-3)
+    # interrupted in the second part: the rerun makes only that part's prompt, to the same data
+    class Interrupted(CachedLM):
+        def extend(self, tokens, n_logits):
+            if tokens[:3] == prompts["input_ids"][2][:3]:
+                raise KeyboardInterrupt
+            return super().extend(tokens, n_logits)
+
+    with pytest.raises(KeyboardInterrupt):
+        head_data(Interrupted(target), prompts, 6, tmp_path / "again", parts, {"model": "tiny"}, part_size=2,
+                  log=lambda _: None)
+    assert sorted(f.name for f in parts.iterdir()) == ["key.json", "part_0000.safetensors"]
+    lines.clear()
+    head_data(CachedLM(target), prompts, 6, tmp_path / "again", parts, {"model": "tiny"}, part_size=2,
+              log=lines.append)
+    assert len(lines) == 1 and lines[0].startswith("[3/3] c")
+    assert load_head_data(tmp_path / "again")[0] == ids
+    # parts made for another model are discarded, not reused
+    parts.mkdir()
+    (parts / "key.json").write_text("{}")
+    (parts / "part_0000.safetensors").write_bytes(b"stale")
+    lines.clear()
+    head_data(CachedLM(target), prompts, 6, out, parts, {"model": "tiny"}, part_size=2, log=lines.append)
+    assert lines[0].endswith("starting over") and len(lines) == 4
 
 
 def _acceptance(target, head, sequences, k=3):

@@ -100,6 +100,14 @@ def assert_greedy_identity(target, new_draft, kind_name, lowest_token=0):
     assert drafted > 0
 
 
+def test_a_draft_can_draft_with_the_model_another_draft_of_its_kind_makes():
+    kind = get_kind("feature_head")
+    own, shared = {"kind": "feature_head"}, {"kind": "feature_head", "head": "h1", "lookup": True}
+    assert kind.model_name("h1", own) == "h1" and kind.makes_own_model(own)
+    assert kind.model_name("h2", shared) == "h1" and not kind.makes_own_model(shared)
+    assert not get_kind("distilled").shared_from
+
+
 @pytest.mark.parametrize("kind_name", KINDS)
 def test_greedy_identity_for_every_kind(greedy_pair, kind_name):
     target, draft_model = greedy_pair

@@ -104,7 +104,7 @@ def tiny_study(tmp_path_factory):
     root = tmp_path_factory.mktemp("tiny-study")
     config = tiny_config(root)
     # The study (the default target) and the draft sweep, a named target outside it (peers: see the tests below).
-    result = snakemake(root, *TWO_JOBS_AT_A_TIME, "--", "all", "sweep")
+    result = snakemake(root, *TWO_JOBS_AT_A_TIME, "--", "all", "sweep", "results/tables/sweep_cells.csv")
     assert result.returncode == 0, result.stderr[-4000:]
     return root, config
 
@@ -150,6 +150,8 @@ def test_whole_dag_produces_the_tables_plots_and_provenance(tiny_study):
     training = pd.read_parquet(root / "results/prompts/train.parquet")
     evaluation = pd.read_parquet(root / "results/prompts/code.parquet")
     assert len(training) == 1 and not set(training["prompt_id"]) & set(evaluation["prompt_id"])
+    head_prompts = pd.read_parquet(root / "resources/feature_head/prompts.parquet")
+    assert len(head_prompts) == 1 and not set(head_prompts["prompt_id"]) & set(evaluation["prompt_id"])
 
     distribution = pd.read_csv(root / "results/tables/distribution.csv")
     assert list(distribution.columns[:9]) == ["draft", "domain", "prompt_id", "k", "n_samples", "chi2", "dof",
@@ -190,6 +192,13 @@ def test_whole_dag_produces_the_tables_plots_and_provenance(tiny_study):
         sweep = pd.read_parquet(root / f"results/sweep/runs/greedy/bf16/code/k{k}/seed0/sequences.parquet")
         assert sweep[sweep["method"] == "speculative"]["identical"].all()  # greedy identity in the sweep too
     assert "'dtype': 'bfloat16'" in (root / "logs/sweep/greedy/bf16/code/seed0.log").read_text()
+    # the same cells as measured, without the cost model: they agree with drafts.csv where both have them
+    cells = pd.read_csv(root / "results/tables/sweep_cells.csv").set_index(["draft", "k"])
+    assert sorted(cells.index) == sorted(zip(sweep_cells["draft"], sweep_cells["k"]))
+    assert (cells["n_identical"] == cells["n_sequences"]).all() and (cells.loc["bf16", "c"] > 0).all()
+    assert (cells["verify_cost_ratio"] > 0).all()
+    joined = sweep_cells.set_index(["draft", "k"])
+    assert (cells["acceptance"] - joined.loc[cells.index, "acceptance"]).abs().max() < 1e-12
 
 
     steps = pd.read_parquet(root / "results/runs/greedy/tiny-draft0/code/k2/seed0/steps.parquet")
@@ -382,13 +391,18 @@ def test_adding_a_draft_to_the_sweep_schedules_one_job_per_domain(tiny_study):
         (lambda c: c["decoding"].update(domains=["poetry"]), "config key 'decoding.domains': 'poetry'"),
         (lambda c: c.update(distillation={"domains": {"x": {"sources": [{"set": "nope"}]}}}),
          "config key 'distillation.domains.x.sources'"),
+        (lambda c: c.update(feature_head={"data": {"domains": {"x": {"sources": [{"set": "nope"}]}}}}),
+         "config key 'feature_head.data.domains.x.sources'"),
+        (lambda c: c.update(draft_kinds={"h": {"kind": "feature_head", "head": "lookup"},
+                                         "lookup": {"kind": "prompt_lookup"}}),
+         "config key 'draft_kinds.h.head': 'lookup' is not a feature_head draft"),
     ],
     ids=["misspelled key", "k < 1", "wrong type", "temperature < 0", "top-p > 1", "unknown draft",
          "truncated draft without layers", "unknown draft kind", "unknown prompt set", "unknown source",
          "no prompts", "target as draft", "distribution top-k too large", "distribution draft not studied",
          "dtype for a draft without weights", "unknown draft dtype", "unknown sweep draft",
          "per-draft override of a draft not swept", "unknown sweep domain", "unknown decoding domain",
-         "unknown training prompt set"],
+         "unknown training prompt set", "unknown head training prompt set", "head shared from a non-head"],
 )
 def test_invalid_config_is_refused_naming_the_key(tmp_path, mutate, message):
     config = build_tiny_study(tmp_path)

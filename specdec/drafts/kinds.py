@@ -102,8 +102,12 @@ register(DraftKind(
      "dtype": {**DTYPE, "description": "the head's weights and LM head rows while drafting (default: as trained, "
                                         "float32); bfloat16 halves the bytes of a step, in either regime"},
      "lookup": {"type": "boolean", "description": "prompt lookup where it finds a match, the head elsewhere (as the "
-                                                  "hybrid kind)"}, **LOOKUP_FIELDS},
+                                                  "hybrid kind)"},
+     "head": {"type": "string", "description": "another feature_head draft whose trained head this one drafts with "
+                                               "(default: a head of its own, trained from its `training`)"},
+     **LOOKUP_FIELDS},
     model="own", made_by="train_feature_head", load=_load_feature_head, untrained=_untrained_feature_head,
+    shared_from="head",
     description="one decoder layer over the target's own features and its norm and head (EAGLE-style), trained "
                 "here on the target's answers"))
 register(DraftKind(

@@ -76,6 +76,9 @@ class DraftKind:
     # tests of every kind run it)
     load: Callable[[Any, Any], Any] | None = None
     untrained: Callable[[Mapping, Any], Any] | None = None
+    # an "own" model's field that may name another draft of this kind whose model this one loads instead of
+    # making its own (a lookup hybrid drafting with a head trained for another draft)
+    shared_from: str | None = None
 
     def __post_init__(self):
         if self.model not in (None, "named", "own"):
@@ -94,7 +97,13 @@ class DraftKind:
 
     def model_name(self, draft: str, spec: Mapping) -> str | None:
         """The prepared model directory's name this draft loads: its `model` field, its own name, or None."""
+        if self.model == "own" and self.shared_from and spec.get(self.shared_from):
+            return spec[self.shared_from]
         return {"named": spec.get("model"), "own": draft, None: None}[self.model]
+
+    def makes_own_model(self, spec: Mapping) -> bool:
+        """Whether a draft of this kind has a model directory of its own for `made_by` to make."""
+        return self.model == "own" and not (self.shared_from and spec.get(self.shared_from))
 
     def gguf_model(self, draft: str, spec: Mapping) -> tuple[str, int | None] | None:
         """In the gguf regime: (the model under `models` whose GGUF file this draft runs, the number of its first

@@ -89,9 +89,17 @@ def check_config_semantics(config: dict) -> None:
             raise ConfigError(f"config key 'draft_kinds.{name}': the name is already a model under 'models'")
         if "model" in spec and spec["model"] not in models:
             raise ConfigError(f"config key 'draft_kinds.{name}.model': {spec['model']!r} is not under 'models'")
+        kind = kind_of(name)
+        shared = spec.get(kind.shared_from) if kind.shared_from else None
+        if shared is not None and (shared not in kinds or kinds[shared].get("kind") != spec.get("kind")
+                                   or not kind_of(shared).makes_own_model(kinds[shared])):
+            raise ConfigError(f"config key 'draft_kinds.{name}.{kind.shared_from}': {shared!r} is not a "
+                              f"{spec.get('kind')} draft under 'draft_kinds' with a model of its own")
     training_domains = ((config.get("distillation") or {}).get("domains") or {}).items()
+    head_domains = (((config.get("feature_head") or {}).get("data") or {}).get("domains") or {}).items()
     for key, domain, spec in [*(("domains", d, s) for d, s in config["domains"].items()),
-                              *(("distillation.domains", d, s) for d, s in training_domains)]:
+                              *(("distillation.domains", d, s) for d, s in training_domains),
+                              *(("feature_head.data.domains", d, s) for d, s in head_domains)]:
         for entry in spec["sources"]:
             if entry["set"] not in config["prompt_sources"]:
                 raise ConfigError(f"config key '{key}.{domain}.sources': prompt set {entry['set']!r} is not "

@@ -1,8 +1,9 @@
 """Training a feature-level draft head (specdec/drafts/feature_head.py) on the target's own answers.
 
-Data: the distillation stage's sequences (training prompts, disjoint from the evaluation prompts, each followed by
-the target's greedy continuation: self-distillation) and the target's features at every position, computed once
-(`target_features`, kept in fp16 on disk). The drafting vocabulary is the data's most frequent tokens.
+Data (`head_data`): training prompts, disjoint from the evaluation prompts, each followed by the target's own greedy
+continuation (self-distillation), and the target's features at every position, kept while generating them (the
+forward computes them anyway; fp16 on disk). Made in parts so that an interrupted run resumes. The drafting
+vocabulary is the data's most frequent tokens.
 
 Loss per position t >= 1 (the head reads [feature(t-1), token t]): a smooth-L1 feature loss between the target's
 norm of the head's output and feature(t), plus `token_weight` x the cross-entropy of the head's logits against the
@@ -17,6 +18,7 @@ from __future__ import annotations
 import datetime
 import hashlib
 import json
+import shutil
 import time
 from collections import Counter
 from dataclasses import dataclass, fields
@@ -29,12 +31,14 @@ import torch.nn.functional as F
 
 from safetensors.torch import load_file, save_file
 
+from ..decode import generate_baseline
 from ..drafts.feature_head import WEIGHTS_FILE, FeatureHead, TargetParts, untrained_head
 from ..errors import DraftSpecError
 from .distill import resume_training, save_checkpoint
-from .io import atomic_path, write_text
+from .io import atomic_directory, atomic_path, write_text
 
 FEATURES_FILE = "features.safetensors"
+SEQUENCES_FILE = "sequences.parquet"
 
 
 @dataclass(frozen=True)
@@ -87,6 +91,69 @@ def load_features(directory: Path, n_sequences: int) -> list[torch.Tensor]:
         raise ValueError(f"{directory} holds features of {len(tensors)} sequences, the training data has "
                          f"{n_sequences}: delete it to compute them again")
     return [tensors[f"features_{i}"] for i in range(n_sequences)]
+
+
+def self_distilled(session, prompt_ids: Sequence[int], new_tokens: int) -> tuple[list[int], torch.Tensor]:
+    """The prompt followed by the session's greedy continuation (up to new_tokens; its last token dropped, since no
+    forward computed its feature), and the features of those positions, (n, hidden) fp16, as the session kept them
+    while generating (a session with keep_hidden_states: lm.CachedLM, lean.LeanLM)."""
+    session.keep_hidden_states()
+    continuation = generate_baseline(session, torch.tensor([list(prompt_ids)]), new_tokens).tokens
+    ids = [int(t) for t in prompt_ids] + continuation[:-1]
+    return ids, session.hidden_states(0, len(ids)).to(torch.float16).contiguous()
+
+
+def head_data(session, prompts: pd.DataFrame, new_tokens: int, out_dir: Path, parts_dir: Path, key: dict,
+              part_size: int = 16, log: Callable[[str], None] = print) -> None:
+    """The heads' training data -> out_dir (sequences.parquet: prompt_id, input_ids, n_prompt; features.safetensors:
+    features_{i} of row i), written at the end, atomically. Made part by part (part_size prompts) in parts_dir, which
+    a rerun after an interruption continues from; parts made under another `key` (prompts, length, model) are
+    discarded first. parts_dir is deleted once out_dir is complete."""
+    parts_dir = Path(parts_dir)
+    key = {**key, "prompt_ids": [str(p) for p in prompts["prompt_id"]], "new_tokens": int(new_tokens),
+           "part_size": int(part_size)}
+    key_file = parts_dir / "key.json"
+    if parts_dir.exists() and (not key_file.exists() or json.loads(key_file.read_text()) != key):
+        log(f"{parts_dir}: parts made for other prompts or settings, starting over")
+        shutil.rmtree(parts_dir)
+    parts_dir.mkdir(parents=True, exist_ok=True)
+    write_text(json.dumps(key) + "\n", key_file)
+    n_parts = -(-len(prompts) // part_size)
+    begin = time.perf_counter()
+    for j in range(n_parts):
+        part = parts_dir / f"part_{j:04d}.safetensors"
+        if part.exists():
+            continue
+        rows, tensors = prompts.iloc[j * part_size:(j + 1) * part_size], {}
+        for i, prompt in enumerate(rows.itertuples(index=False)):
+            start = time.perf_counter()
+            ids, features = self_distilled(session, prompt.input_ids, new_tokens)
+            tensors[f"features_{i}"] = features
+            tensors[f"ids_{i}"] = torch.tensor(ids, dtype=torch.int32)
+            log(f"[{j * part_size + i + 1}/{len(prompts)}] {prompt.prompt_id}: {len(ids) - len(prompt.input_ids) + 1}"
+                f" tokens after {len(prompt.input_ids)} ({time.perf_counter() - start:.1f}s; "
+                f"{(time.perf_counter() - begin) / 60:.1f} min this run)")
+        with atomic_path(part) as tmp:
+            save_file(tensors, str(tmp))
+    sequences, features = [], {}
+    for j in range(n_parts):
+        tensors = load_file(str(parts_dir / f"part_{j:04d}.safetensors"))
+        for prompt in prompts.iloc[j * part_size:(j + 1) * part_size].itertuples(index=False):
+            i = len(sequences) - j * part_size
+            features[f"features_{len(sequences)}"] = tensors[f"features_{i}"]
+            sequences.append({"prompt_id": prompt.prompt_id, "input_ids": tensors[f"ids_{i}"].tolist(),
+                              "n_prompt": len(prompt.input_ids)})
+    with atomic_directory(out_dir) as tmp:
+        pd.DataFrame(sequences).to_parquet(tmp / SEQUENCES_FILE, index=False)
+        save_file(features, str(tmp / FEATURES_FILE))
+    shutil.rmtree(parts_dir)
+
+
+def load_head_data(directory: Path) -> tuple[list[list[int]], list[torch.Tensor]]:
+    """(token ids, features) of every training sequence in a head_data directory."""
+    sequences = pd.read_parquet(Path(directory) / SEQUENCES_FILE)
+    ids = [list(map(int, row)) for row in sequences["input_ids"]]
+    return ids, load_features(directory, len(ids))
 
 
 def drafting_vocabulary(sequences: Sequence[Sequence[int]], size: int | None, vocab_size: int) -> list[int]:

@@ -69,7 +69,8 @@ def draft_kind(name):
 
 def drafts_made_by(stage):
     """The drafts whose model directory the workflow stage `stage` makes (see DraftKind.made_by)."""
-    return [n for n in config.get("draft_kinds", {}) if draft_kind(n).made_by == stage]
+    return [n for n in config.get("draft_kinds", {})
+            if draft_kind(n).made_by == stage and draft_kind(n).makes_own_model(draft_spec(n))]
 
 
 def one_of(names, fallback):

@@ -1,9 +1,12 @@
 # Feature-level draft heads (draft kind feature_head, docs/feature-head.md): one decoder layer over the target's own
-# features, trained on the distillation stage's sequences (training prompts, none of the evaluation prompts, each
-# with the target's greedy continuation) and the target's features there, computed once. Named target:
+# features, trained on the target's greedy answers to training prompts (none of the evaluation prompts) and its
+# features there, kept while generating them (feature_head.data in config.yaml). Named target:
 # `snakemake train_feature_heads`; a decode job of a feature-head draft trains it first if its directory is missing.
 
 FEATURE_HEADS = drafts_made_by("train_feature_head")
+HEAD_DATA = (config.get("feature_head") or {}).get("data") or {}
+HEAD_DOMAINS = HEAD_DATA.get("domains") or TRAINING_DOMAINS
+HEAD_ENGINE = HEAD_DATA.get("engine", "gguf")
 
 
 wildcard_constraints:
@@ -16,34 +19,66 @@ def feature_head_training(wildcards):
     return {**spec.get("training", {}), **({"vocab": spec["vocab"]} if "vocab" in spec else {})}
 
 
-rule feature_head_features:
+def feature_head_data_inputs(wildcards):
+    """The target as the data stage runs it: its GGUF file (engine gguf), or its prepared model and kernel tables."""
+    if HEAD_ENGINE == "gguf":
+        return {"target": gguf_file(config["target"])}
+    return {"target": model_dir(config["target"]), **kernel_inputs(wildcards)}
+
+
+# The heads' data live under resources/, shared by every results directory (a layer with its own results_dir
+# decodes the same heads): the evaluation prompts are read to exclude them, not as a trigger (ancient), since a new
+# results directory writes the same prompts again.
+rule feature_head_prompts:
     input:
-        unpack(fp32_only("feature_head_features (the feature heads' training data)")),
-        unpack(kernel_inputs),
-        target=model_dir(config["target"]),
-        teacher="resources/distill/teacher",
+        unpack(lambda wc: prompt_source_files(HEAD_DOMAINS)),
+        evaluation=ancient(expand(f"{R}/prompts/{{domain}}.parquet", domain=list(config["domains"]))),
+        tokenizer=ancient(gguf_tokenizer_dir(config["target"]) if GGUF else model_dir(config["target"])),
     output:
-        directory("resources/feature_head/features"),
+        "resources/feature_head/prompts.parquet",
     params:
-        runtime=RUNTIME,
-    threads: THREADS
-    resources:
-        mem_mb=12000,
+        domains=HEAD_DOMAINS,
+        prompt_sources=config["prompt_sources"],
+        per_domain=HEAD_DATA.get("prompts_per_domain", 8),
+        seed=HEAD_DATA.get("seed", 2),
+        max_prompt_tokens=config["prompts"]["max_prompt_tokens"],
+        use_chat_template=config["prompts"]["use_chat_template"],
     conda:
         SPECDEC_ENV
     log:
-        "logs/feature_head/features.log",
-    benchmark:
-        "benchmarks/feature_head/features.tsv"
+        "logs/feature_head/training_prompts.log",
     script:
-        "../scripts/feature_head_features.py"
+        "../scripts/make_training_prompts.py"
+
+
+rule feature_head_data:
+    input:
+        unpack(feature_head_data_inputs),
+        prompts="resources/feature_head/prompts.parquet",
+    output:
+        directory("resources/feature_head/data"),
+    params:
+        engine=HEAD_ENGINE,
+        new_tokens=HEAD_DATA.get("new_tokens", 64),
+        runtime=RUNTIME,
+        parts="resources/feature_head/data_parts",
+    threads: THREADS
+    resources:
+        mem_mb=8000,
+    conda:
+        SPECDEC_ENV
+    log:
+        "logs/feature_head/data.log",
+    benchmark:
+        "benchmarks/feature_head/data.tsv"
+    script:
+        "../scripts/feature_head_data.py"
 
 
 rule train_feature_head:
     input:
         target=model_dir(config["target"]),
-        teacher="resources/distill/teacher",
-        features="resources/feature_head/features",
+        data="resources/feature_head/data",
     output:
         model=directory("resources/models/{head}"),
         loss="results/feature_head/{head}/loss.csv",

@@ -1,7 +1,8 @@
 # The draft sweep (`snakemake --cores 2 sweep`; docs/drafts.md): greedy runs of every draft in draft_sweep.drafts on
 # every domain, all of draft_sweep.k in one process per (draft, domain) with a single baseline timed next to them,
 # over the first draft_sweep.prompts_per_domain prompts (per_draft may narrow both for single drafts). drafts.csv
-# joins its cells with the study's.
+# joins its cells with the study's; sweep_cells.csv (`snakemake {results_dir}/tables/sweep_cells.csv`) gives them
+# as measured, without the cost model and its profiles.
 
 
 use rule decode as sweep_decode with:
@@ -24,6 +25,21 @@ use rule decode as sweep_decode with:
         f"{LOG}/sweep/{{setting}}/{{draft}}/{{domain}}/seed{{seed}}.log",
     benchmark:
         f"{BENCH}/sweep/{{setting}}/{{draft}}/{{domain}}/seed{{seed}}.tsv"
+
+
+rule sweep_cells:
+    input:
+        steps=sweep_run_files("steps.parquet"),
+        sequences=sweep_run_files("sequences.parquet"),
+    output:
+        csv=f"{R}/tables/sweep_cells.csv",
+        md=f"{R}/tables/sweep_cells.md",
+    conda:
+        SPECDEC_ENV
+    log:
+        f"{LOG}/report/sweep_cells.log",
+    script:
+        "../scripts/sweep_cells.py"
 
 
 rule drafts_table:

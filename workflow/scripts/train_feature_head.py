@@ -16,9 +16,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 import torch  # noqa: E402
 
 from specdec.loading import load_model  # noqa: E402
-from specdec.study.distill import load_teacher_data  # noqa: E402
 from specdec.study.feature_head import (  # noqa: E402
-    load_features,
+    load_head_data,
     save_trained_head,
     settings_from_config,
     train_head_for,
@@ -34,9 +33,7 @@ def main(snakemake):
         torch.set_num_threads(int(snakemake.config["runtime"]["threads"]))
         settings = settings_from_config(snakemake.params.settings, f"draft_kinds.{snakemake.wildcards.head}")
         target, _ = load_model(snakemake.input.target, dtype="float32")
-        sequences, _ = load_teacher_data(snakemake.input.teacher)
-        ids = [list(map(int, row)) for row in sequences["input_ids"]]
-        features = load_features(Path(snakemake.input.features), len(ids))
+        ids, features = load_head_data(Path(snakemake.input.data))
         log.info("training feature head %s on %d sequences (%d positions): %s", snakemake.wildcards.head, len(ids),
                  sum(map(len, ids)), settings)
         head, curve = train_head_for(target, ids, features, settings, Path(snakemake.params.checkpoints),

@@ -1,0 +1,54 @@
+"""Snakemake script: the feature heads' training data — each training prompt with the target's greedy continuation
+and the target's features at every position, kept while generating -> resources/feature_head/data (sequences.parquet,
+features.safetensors). Runs the target's GGUF file on the lean engine (engine: gguf) or its prepared model as the
+study's runtime loads it (engine: safetensors); resumes from resources/feature_head/data_parts after an interruption."""
+
+from specdec.study.interrupt import stops_politely  # first: Ctrl-C during the imports below is polite too
+
+# isort: split
+
+import logging
+from dataclasses import replace
+from pathlib import Path
+
+import pandas as pd
+
+from specdec.study.feature_head import head_data
+from specdec.study.logs import log_to
+
+log = logging.getLogger("feature_head_data")
+
+
+def target_session(target: str, engine: str, runtime, kernels):
+    """A session over the target that can keep its features, and a description of its weights for the parts' key."""
+    if engine == "gguf":
+        from specdec.gguf_loading import load_gguf_for_decoding
+
+        session, _ = load_gguf_for_decoding(target, replace(runtime, weights="gguf", dtype="float32"), log=log.info)
+    else:
+        from specdec.lm import CachedLM
+        from specdec.loading import load_for_decoding
+
+        from specdec.study.jobs import read_backend_tables
+
+        model, _ = load_for_decoding(target, replace(runtime, weights="safetensors"), read_backend_tables(kernels))
+        session = CachedLM(model)
+    stat = Path(target).stat()
+    return session, {"engine": engine, "target": str(target), "size": stat.st_size, "mtime": int(stat.st_mtime)}
+
+
+def main(snakemake):
+    with log_to(snakemake.log[0]):
+        from specdec.runtime import Runtime
+
+        p = snakemake.params
+        session, key = target_session(snakemake.input.target, p.engine, Runtime(**p.runtime),
+                                       snakemake.input.get("target_kernels"))
+        prompts = pd.read_parquet(snakemake.input.prompts)
+        log.info("feature head data: %d prompts x up to %d new tokens on the %s engine", len(prompts), p.new_tokens,
+                 p.engine)
+        head_data(session, prompts, int(p.new_tokens), Path(snakemake.output[0]), Path(p.parts), key, log=log.info)
+
+
+if "snakemake" in globals():
+    stops_politely(main, snakemake)  # noqa: F821

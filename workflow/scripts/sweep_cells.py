@@ -1,0 +1,35 @@
+"""Snakemake script: the draft sweep's cells as measured, without the cost model (which needs profiled models:
+drafts.csv) -> results/tables/sweep_cells.csv: acceptance, tokens per pass and speedup (study_table), greedy
+identity counts, and the step costs measured in the runs themselves (c = draft step / target step, the verify pass
+over k + 1 positions in target steps)."""
+
+from specdec.study.interrupt import stops_politely  # first: Ctrl-C during the imports below is polite too
+
+# isort: split
+
+import logging
+
+from specdec.study.analysis import classify_greedy, greedy_identity_table, study_table, to_markdown
+from specdec.study.costmodel import audited_step_timings
+from specdec.study.io import read_parquets, write_csv, write_text
+from specdec.study.logs import log_to
+
+log = logging.getLogger("sweep_cells")
+KEYS = ["draft", "domain", "k"]
+
+
+def main(snakemake):
+    with log_to(snakemake.log[0]):
+        sequences = read_parquets(snakemake.input.sequences)
+        steps = read_parquets(snakemake.input.steps)
+        audit = audited_step_timings(steps)[[*KEYS, "c", "verify_cost_ratio", "target_step_seconds"]]
+        table = (study_table(sequences).drop(columns="temperature")
+                 .merge(greedy_identity_table(classify_greedy(sequences)), on=KEYS)
+                 .merge(audit, on=KEYS))
+        log.info("\n%s", table.to_string(index=False))
+        write_csv(table, snakemake.output.csv)
+        write_text(to_markdown(table), snakemake.output.md)
+
+
+if "snakemake" in globals():
+    stops_politely(main, snakemake)  # noqa: F821
