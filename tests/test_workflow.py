@@ -196,7 +196,7 @@ def test_whole_dag_produces_the_tables_plots_and_provenance(tiny_study):
     cells = pd.read_csv(root / "results/tables/sweep_cells.csv").set_index(["draft", "k"])
     assert sorted(cells.index) == sorted(zip(sweep_cells["draft"], sweep_cells["k"]))
     assert (cells["n_identical"] == cells["n_sequences"]).all() and (cells.loc["bf16", "c"] > 0).all()
-    assert (cells["verify_cost_ratio"] > 0).all()
+    assert (cells["verify_cost_ratio"] > 0).all() and (cells["decode_speedup_audited"] > 0).all()
     joined = sweep_cells.set_index(["draft", "k"])
     assert (cells["acceptance"] - joined.loc[cells.index, "acceptance"]).abs().max() < 1e-12
 
