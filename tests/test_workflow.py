@@ -412,6 +412,16 @@ def test_invalid_config_is_refused_naming_the_key(tmp_path, mutate, message):
         validate_config(config, SCHEMA)
 
 
+def test_a_layer_drops_a_sweep_override_with_null(tmp_path):
+    """config/feature-head.yaml sweeps other drafts than config.yaml, whose per_draft names one it does not sweep."""
+    config = build_tiny_study(tmp_path)
+    config["draft_sweep"] = {"drafts": ["tiny-draft0"], "per_draft": {"lookup": None, "tiny-draft0": {"domains": ["code"]}}}
+    validate_config(config, SCHEMA)
+    config["draft_sweep"]["per_draft"]["lookup"] = {"domains": ["code"]}
+    with pytest.raises(ConfigError, match="'draft_sweep.per_draft.lookup'"):
+        validate_config(config, SCHEMA)
+
+
 @ON_TINY_STUDY
 def test_snakemake_stops_on_an_invalid_config_before_any_job(tiny_study, tmp_path):
     """The Snakefile's start-up runs validate_config (the schema, then the semantic checks; each check is tried

@@ -135,12 +135,13 @@ def check_config_semantics(config: dict) -> None:
         if name not in defined:
             raise ConfigError(f"config key 'draft_sweep.drafts': {name!r} is neither under 'models' nor under "
                               f"'draft_kinds' (defined: {sorted(defined)})")
-    for name in sweep.get("per_draft") or {}:
+    overrides = {name: o for name, o in (sweep.get("per_draft") or {}).items() if o is not None}  # null: dropped
+    for name in overrides:
         if name not in (sweep.get("drafts") or []):
             raise ConfigError(f"config key 'draft_sweep.per_draft.{name}': {name!r} is not under 'draft_sweep.drafts'")
     for key, domains in [("draft_sweep.domains", sweep.get("domains") or []),
                          *((f"draft_sweep.per_draft.{n}.domains", o.get("domains") or [])
-                           for n, o in (sweep.get("per_draft") or {}).items())]:
+                           for n, o in overrides.items())]:
         for domain in domains:
             if domain not in config["domains"]:
                 raise ConfigError(f"config key '{key}': {domain!r} is not under 'domains'")
