@@ -415,7 +415,8 @@ def test_invalid_config_is_refused_naming_the_key(tmp_path, mutate, message):
 def test_a_layer_drops_a_sweep_override_with_null(tmp_path):
     """config/feature-head.yaml sweeps other drafts than config.yaml, whose per_draft names one it does not sweep."""
     config = build_tiny_study(tmp_path)
-    config["draft_sweep"] = {"drafts": ["tiny-draft0"], "per_draft": {"lookup": None, "tiny-draft0": {"domains": ["code"]}}}
+    config["draft_sweep"] = {"drafts": ["tiny-draft0"],
+                             "per_draft": {"lookup": None, "tiny-draft0": {"domains": ["code"]}}}
     validate_config(config, SCHEMA)
     config["draft_sweep"]["per_draft"]["lookup"] = {"domains": ["code"]}
     with pytest.raises(ConfigError, match="'draft_sweep.per_draft.lookup'"):
