@@ -97,13 +97,17 @@ class DraftKind:
 
     def model_name(self, draft: str, spec: Mapping) -> str | None:
         """The prepared model directory's name this draft loads: its `model` field, its own name, or None."""
-        if self.model == "own" and self.shared_from and spec.get(self.shared_from):
-            return spec[self.shared_from]
+        if self.model == "own" and self.shared_model(spec):
+            return self.shared_model(spec)
         return {"named": spec.get("model"), "own": draft, None: None}[self.model]
 
     def makes_own_model(self, spec: Mapping) -> bool:
         """Whether a draft of this kind has a model directory of its own for `made_by` to make."""
-        return self.model == "own" and not (self.shared_from and spec.get(self.shared_from))
+        return self.model == "own" and not self.shared_model(spec)
+
+    def shared_model(self, spec: Mapping) -> str | None:
+        """The other draft whose model this one loads (its `shared_from` field), or None."""
+        return spec.get(self.shared_from) if self.shared_from else None
 
     def gguf_model(self, draft: str, spec: Mapping) -> tuple[str, int | None] | None:
         """In the gguf regime: (the model under `models` whose GGUF file this draft runs, the number of its first

@@ -90,7 +90,7 @@ def check_config_semantics(config: dict) -> None:
         if "model" in spec and spec["model"] not in models:
             raise ConfigError(f"config key 'draft_kinds.{name}.model': {spec['model']!r} is not under 'models'")
         kind = kind_of(name)
-        shared = spec.get(kind.shared_from) if kind.shared_from else None
+        shared = kind.shared_model(spec)
         if shared is not None and (shared not in kinds or kinds[shared].get("kind") != spec.get("kind")
                                    or not kind_of(shared).makes_own_model(kinds[shared])):
             raise ConfigError(f"config key 'draft_kinds.{name}.{kind.shared_from}': {shared!r} is not a "

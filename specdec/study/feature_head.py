@@ -78,12 +78,6 @@ def target_features(model, sequences: Sequence[Sequence[int]], log: Callable[[st
     return out
 
 
-def save_features(features: dict[str, torch.Tensor], directory: Path) -> None:
-    directory.mkdir(parents=True, exist_ok=True)
-    with atomic_path(directory / FEATURES_FILE) as tmp:
-        save_file(features, str(tmp))
-
-
 def load_features(directory: Path, n_sequences: int) -> list[torch.Tensor]:
     """The features of sequences 0..n-1; an error naming the directory when they were made for other sequences."""
     tensors = load_file(str(Path(directory) / FEATURES_FILE))
@@ -138,8 +132,7 @@ def head_data(session, prompts: pd.DataFrame, new_tokens: int, out_dir: Path, pa
     sequences, features = [], {}
     for j in range(n_parts):
         tensors = load_file(str(parts_dir / f"part_{j:04d}.safetensors"))
-        for prompt in prompts.iloc[j * part_size:(j + 1) * part_size].itertuples(index=False):
-            i = len(sequences) - j * part_size
+        for i, prompt in enumerate(prompts.iloc[j * part_size:(j + 1) * part_size].itertuples(index=False)):
             features[f"features_{len(sequences)}"] = tensors[f"features_{i}"]
             sequences.append({"prompt_id": prompt.prompt_id, "input_ids": tensors[f"ids_{i}"].tolist(),
                               "n_prompt": len(prompt.input_ids)})

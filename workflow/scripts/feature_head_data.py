@@ -28,7 +28,6 @@ def target_session(target: str, engine: str, runtime, kernels):
     else:
         from specdec.lm import CachedLM
         from specdec.loading import load_for_decoding
-
         from specdec.study.jobs import read_backend_tables
 
         model, _ = load_for_decoding(target, replace(runtime, weights="safetensors"), read_backend_tables(kernels))

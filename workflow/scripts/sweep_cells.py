@@ -25,7 +25,8 @@ def main(snakemake):
         sequences = read_parquets(snakemake.input.sequences)
         steps = read_parquets(snakemake.input.steps)
         audit = audited_step_timings(steps)
-        block = audit["draft_seconds_per_block"] + audit["catchup_seconds_per_block"].fillna(0) + audit["verify_seconds"]
+        block = (audit["draft_seconds_per_block"] + audit["catchup_seconds_per_block"].fillna(0)
+                 + audit["verify_seconds"])
         audit["block_cost_steps"] = block / audit["target_step_seconds"]
         audit["decode_speedup_audited"] = audit["decode_tokens_per_pass"] / audit["block_cost_steps"]
         audit = audit[[*KEYS, "c", "verify_cost_ratio", "block_cost_steps", "decode_tokens_per_pass",
