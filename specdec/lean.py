@@ -23,7 +23,7 @@ from typing import Sequence
 import torch
 import torch.nn.functional as F
 
-from . import attention, quant, rowops
+from . import attention, fused_layers, quant, rowops
 from .attention import MAX_INVARIANT_ROWS, causal_attention
 from .features import KeepsFeatures
 from .gguf_model import GGUFModel, read_gguf
@@ -64,10 +64,12 @@ class LeanLM(KeepsFeatures):
     values, allocated once); a pass past it is a ContextLengthError. layers: run only the first `layers` decoder
     layers, then the model's own final norm and head (a truncated or early-exit draft over the same weights).
     `last_hidden`: the hidden states of every position of the last `extend`, after the last layer and before the
-    final norm (a reference, not a copy)."""
+    final norm (a reference, not a copy). fused: run passes of up to `attention.MAX_INVARIANT_ROWS` rows through
+    `fused_layers.FusedLayers` (one native call for every layer; the same bits) where it is built; False runs the
+    Python forward (lean._layer) for every pass."""
 
     def __init__(self, model: GGUFModel | str | os.PathLike, *, max_length: int | None = None,
-                 layers: int | None = None, eos_token_ids: Sequence[int] | None = None):
+                 layers: int | None = None, eos_token_ids: Sequence[int] | None = None, fused: bool = True):
         self.model = model if isinstance(model, GGUFModel) else read_gguf(model)
         c = self.config = self.model.config
         if max_length is None:
@@ -85,6 +87,8 @@ class LeanLM(KeepsFeatures):
         # per layer, (1, kv_heads, max_length, head_dim) views: the attention's layout without a call per pass
         self._caches = [(keys.unsqueeze(0), values.unsqueeze(0)) for keys, values in zip(self.keys, self.values)]
         self._cos, self._sin = rotary_tables(c.head_dim, c.rope_theta, max_length)
+        self._fused = (fused_layers.FusedLayers(c, self.layers, self.keys, self.values, self._cos, self._sin)
+                       if fused and fused_layers.available() else None)
         self._length = 0
         self.last_hidden: torch.Tensor | None = None
 
@@ -125,9 +129,12 @@ class LeanLM(KeepsFeatures):
                                      f"{self.max_length}; make the session with a larger max_length")
         hidden = self.model.embedding.dequantize_rows(tokens)
         cos, sin = self._cos[start:end], self._sin[start:end]
-        attend = _invariant_attention if rows <= MAX_INVARIANT_ROWS and attention.available() else _sdpa_attention
-        for weights, (keys, values) in zip(self.layers, self._caches):
-            hidden = _layer(weights, self.config, hidden, keys, values, start, end, cos, sin, attend)
+        if rows <= MAX_INVARIANT_ROWS and self._fused is not None:
+            hidden = self._fused.forward(hidden, start)
+        else:
+            attend = _invariant_attention if rows <= MAX_INVARIANT_ROWS and attention.available() else _sdpa_attention
+            for weights, (keys, values) in zip(self.layers, self._caches):
+                hidden = _layer(weights, self.config, hidden, keys, values, start, end, cos, sin, attend)
         self._length = end
         self.last_hidden = hidden
         if self._features is None:

@@ -8,7 +8,7 @@ import hashlib
 import importlib
 from pathlib import Path
 
-NATIVE_MODULES = ("_linear", "_attention", "_quant", "_rowops")
+NATIVE_MODULES = ("_linear", "_attention", "_quant", "_rowops", "_layers")
 # -ffp-contract=off: no multiply-add is fused unless the source says so (fmaf, _mm256_fmadd_ps), so the float
 # operations are the ones written, in every module and with every compiler default
 COMPILE_ARGS = ["-O3", "-fopenmp", "-ffp-contract=off"]

@@ -10,7 +10,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from specdec import attention, lean, quant
+from specdec import attention, fused_layers, lean, quant
 from specdec.decode import generate_baseline, generate_speculative
 from specdec.drafts import HybridDraft, ModelDraft, PromptLookupDraft
 from specdec.gguf_model import GGUFModelError, read_gguf
@@ -56,7 +56,10 @@ def models(files):
 
 def exact_products(monkeypatch):
     """Products on the dequantised fp32 weights: the lean forward then differs from Hugging Face's by summation
-    order only, so a structural mistake (rotary, grouped heads, the cache, a bias) cannot hide in quantisation noise."""
+    order only, so a structural mistake (rotary, grouped heads, the cache, a bias) cannot hide in quantisation noise.
+    Sessions made meanwhile run the Python forward for every pass (the fused layers' products are native; that they
+    give the Python forward's bits is tests/test_layers.py's)."""
+    monkeypatch.setattr(fused_layers, "available", lambda: False)
     cache = {}
 
     def matmul(self, x, bias=None):
@@ -393,7 +396,8 @@ def test_the_invariance_check_catches_torchs_attention_in_a_verify_pass(models, 
     """The check above has power: torch's attention for the decoding-sized passes (its blocking follows the row
     count) makes rows differ."""
     monkeypatch.setattr(lean, "_invariant_attention", lean._sdpa_attention)
-    single, passes = step_and_pass_logits(LeanLM(models["target"]), TOKENS, prompt_length=20, steps=8)
+    session = LeanLM(models["target"], fused=False)  # the Python forward, whose attention is swapped
+    single, passes = step_and_pass_logits(session, TOKENS, prompt_length=20, steps=8)
     assert count_differing_rows(single, passes)[0] > 0
 
 

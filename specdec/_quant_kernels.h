@@ -1,0 +1,410 @@
+/* Products of GGUF-quantized weights with the few activation rows of a decoding step or a verify pass, and the
+ * weights' exact dequantisation (x86, AVX2 + FMA + F16C).
+ *
+ * Weights stay in the file's ggml blocks: Q4_K (256 values: fp16 d, dmin; 6-bit scale and min per 32; 4-bit quants),
+ * Q6_K (256: 4+2-bit quants, int8 scale per 16, fp16 d), Q5_0 (32: fp16 d, 5-bit quants), Q8_0 (32: fp16 d, int8).
+ * Each activation row is quantised on its own to 8 bits: per 256 values (for the K-quants, with the sum of every 16
+ * for their offsets) or per 32 (for Q5_0 and Q8_0). A block's dot product runs in integers (maddubs/madd: exact, in
+ * any order); each output's float accumulation is one 8-lane vector updated block after block, then one horizontal
+ * sum (and, for Q4_K, a scalar sum of the mins' term), in an order that depends only on K. So a row's result is
+ * the same bits whichever rows share the call, however they are grouped, on any thread count (threads split the
+ * output rows): the batch invariance a verify pass needs to equal one-token steps (tests/test_quant.py).
+ *
+ * Memory: output rows are the outer loop, inputs the inner one, in groups of up to four that share each unpacked
+ * 32-value piece of the weight row; a row (at most a few kilobytes) is read from memory once per call whatever the
+ * number of inputs.
+ *
+ * Dequantisation reproduces the gguf package's reference formulas operation by operation (this file is built with
+ * -ffp-contract=off: no multiply-add is fused unless written so), bit for bit.
+ */
+#ifndef SPECDEC_QUANT_KERNELS_H
+#define SPECDEC_QUANT_KERNELS_H
+
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include "_simd.h"
+
+#define QK 256   /* values per K-quant block */
+#define Q32 32   /* values per Q5_0 / Q8_0 block, and per activation block for them */
+#define GROUP 4  /* inputs that share each unpacked weight piece */
+
+enum qtype { Q4_K, Q6_K, Q5_0, Q8_0, F32, F16, N_TYPES };
+static const char *TYPE_NAMES[N_TYPES] = {"Q4_K", "Q6_K", "Q5_0", "Q8_0", "F32", "F16"};
+static const int BLOCK_VALUES[N_TYPES] = {256, 256, 32, 32, 1, 1};
+static const int BLOCK_BYTES[N_TYPES] = {144, 210, 22, 34, 4, 2};
+
+/* Activations quantised for the K-quants: one per 256 values. */
+typedef struct {
+    float d;
+    int16_t sums[16]; /* the sum of every 16 quants */
+    int8_t q[QK];
+} act_k;
+
+/* Activations quantised for Q5_0 / Q8_0: one per 32 values. */
+typedef struct {
+    float d;
+    int8_t q[Q32];
+} act_32;
+
+#ifdef SPECDEC_X86
+#define TARGET AVX2
+
+TARGET static inline float half(const uint8_t *p) {
+    uint16_t h;
+    memcpy(&h, p, 2);
+    return _cvtsh_ss(h);
+}
+
+/* --- dequantisation: the gguf package's formulas, operation by operation -------------------------------------- */
+static void q4k_scale_min(const uint8_t *s, int j, int *sc, int *m) {
+    if (j < 4) {
+        *sc = s[j] & 63;
+        *m = s[j + 4] & 63;
+    } else {
+        *sc = (s[j + 4] & 0x0F) | ((s[j - 4] >> 2) & 0x30);
+        *m = (s[j + 4] >> 4) | ((s[j] >> 2) & 0x30);
+    }
+}
+
+TARGET static void dequantize_row(int type, const uint8_t *w, float *y, int64_t K) {
+    const int64_t blocks = K / BLOCK_VALUES[type];
+    for (int64_t b = 0; b < blocks; b++, w += BLOCK_BYTES[type]) {
+        switch (type) {
+        case Q4_K: {
+            const float d = half(w), dmin = half(w + 2);
+            for (int j = 0; j < 8; j++) {
+                int sc, m;
+                q4k_scale_min(w + 4, j, &sc, &m);
+                const float dl = d * (float)sc, ml = dmin * (float)m;
+                const uint8_t *qs = w + 16 + 32 * (j / 2);
+                for (int l = 0; l < 32; l++) {
+                    const int q = j % 2 ? qs[l] >> 4 : qs[l] & 0x0F;
+                    *y++ = dl * (float)q - ml;
+                }
+            }
+            break;
+        }
+        case Q6_K: {
+            const uint8_t *ql = w, *qh = w + 128;
+            const int8_t *scales = (const int8_t *)(w + 192);
+            const float d = half(w + 208);
+            for (int v = 0; v < QK; v++) {
+                const int h = v / 128, r = v % 128;
+                const int low = r < 64 ? ql[64 * h + r] & 0x0F : ql[64 * h + r - 64] >> 4;
+                const int high = (qh[32 * h + r % 32] >> (2 * (r / 32))) & 3;
+                *y++ = (d * (float)scales[v / 16]) * (float)((low | (high << 4)) - 32);
+            }
+            break;
+        }
+        case Q5_0: {
+            const float d = half(w);
+            uint32_t qh;
+            memcpy(&qh, w + 2, 4);
+            for (int v = 0; v < Q32; v++) {
+                const int low = v < 16 ? w[6 + v] & 0x0F : w[6 + v - 16] >> 4;
+                *y++ = d * (float)((low | (int)(((qh >> v) & 1) << 4)) - 16);
+            }
+            break;
+        }
+        case Q8_0: {
+            const float d = half(w);
+            for (int v = 0; v < Q32; v++) *y++ = (float)(int8_t)w[2 + v] * d;
+            break;
+        }
+        case F32:
+            memcpy(y++, w, 4);
+            break;
+        case F16:
+            *y++ = half(w);
+            break;
+        }
+    }
+}
+
+/* --- activations, one row at a time ------------------------------------------------------------------------------ */
+TARGET static float absmax(const float *x, int64_t n) {
+    __m256 m = _mm256_setzero_ps();
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    for (int64_t i = 0; i < n; i += 8) m = _mm256_max_ps(m, _mm256_andnot_ps(sign, _mm256_loadu_ps(x + i)));
+    __m128 v = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+    v = _mm_max_ps(v, _mm_movehl_ps(v, v));
+    v = _mm_max_ss(v, _mm_movehdup_ps(v));
+    return _mm_cvtss_f32(v);
+}
+
+/* n values (a multiple of 8) -> int8 q = round(x * 127 / amax) (to nearest, ties to even), d = amax / 127. */
+TARGET static float quantize_values(const float *x, int8_t *q, int64_t n) {
+    const float amax = absmax(x, n);
+    const float inverse = amax > 0.0f ? 127.0f / amax : 0.0f;
+    const __m256 scale = _mm256_set1_ps(inverse);
+    for (int64_t i = 0; i < n; i += 8) {
+        __m256i v = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + i), scale));
+        int32_t lanes[8];
+        _mm256_storeu_si256((__m256i *)lanes, v);
+        for (int l = 0; l < 8; l++) q[i + l] = (int8_t)lanes[l];
+    }
+    return amax / 127.0f;
+}
+
+TARGET static void quantize_row_k(const float *x, act_k *y, int64_t K) {
+    for (int64_t b = 0; b < K / QK; b++) {
+        y[b].d = quantize_values(x + b * QK, y[b].q, QK);
+        for (int j = 0; j < 16; j++) {
+            int s = 0;
+            for (int l = 0; l < 16; l++) s += y[b].q[16 * j + l];
+            y[b].sums[j] = (int16_t)s;
+        }
+    }
+}
+
+TARGET static void quantize_row_32(const float *x, act_32 *y, int64_t K) {
+    for (int64_t b = 0; b < K / Q32; b++) y[b].d = quantize_values(x + b * Q32, y[b].q, Q32);
+}
+
+/* --- dot products of one weight row with up to GROUP activation rows ---------------------------------------------- */
+/* signed w times signed x, 32 pairs -> 8 int32 lanes (|w| <= 128, |x| <= 127: no int16 saturation) */
+TARGET static inline __m256i dot_s8(__m256i w, __m256i x) {
+    const __m256i p = _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(x, w));
+    return _mm256_madd_epi16(p, _mm256_set1_epi16(1));
+}
+
+/* _mm256_shuffle_epi8 masks that broadcast 16-bit lane j of each 128-bit half to all its lanes (a sub-block's scale
+ * for madd): read from memory as the shuffle's operand, which costs no instruction of its own. SPLIT0 spreads int8
+ * bytes 0 and 1 to eight bytes each; +2 per byte moves it to bytes 2t and 2t + 1 (a Q6_K piece's two scales). */
+static const uint8_t PAIR[8][32] __attribute__((aligned(32))) = {
+    {0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1},
+    {2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3},
+    {4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5},
+    {6, 7, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7},
+    {8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 8, 9},
+    {10, 11, 10, 11, 10, 11, 10, 11, 10, 11, 10, 11, 10, 11, 10, 11, 10, 11, 10, 11, 10, 11, 10, 11, 10, 11, 10, 11, 10, 11, 10, 11},
+    {12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 12, 13},
+    {14, 15, 14, 15, 14, 15, 14, 15, 14, 15, 14, 15, 14, 15, 14, 15, 14, 15, 14, 15, 14, 15, 14, 15, 14, 15, 14, 15, 14, 15, 14, 15}};
+#define SPLIT0 _mm_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1)
+
+/* A Q4_K block's eight 6-bit scales and eight 6-bit mins as 16 int16 lanes (scales 0-7, mins 8-15): the 12 packed
+ * bytes rearranged as four 32-bit words (the layout of q4k_scale_min, four lanes at a time). */
+TARGET static inline __m256i q4k_scales_mins(const uint8_t *packed) {
+    uint32_t u[4];
+    memcpy(u, packed, 12);
+    const uint32_t low6 = 0x3f3f3f3f, low4 = 0x0f0f0f0f, low2 = 0x03030303;
+    u[3] = ((u[2] >> 4) & low4) | (((u[1] >> 6) & low2) << 4); /* mins 4-7 */
+    const uint32_t mins_low = u[1] & low6;                     /* mins 0-3 */
+    u[1] = (u[2] & low4) | (((u[0] >> 6) & low2) << 4);        /* scales 4-7 */
+    u[2] = mins_low;
+    u[0] &= low6; /* scales 0-3 */
+    return _mm256_cvtepu8_epi16(_mm_set_epi32((int)u[3], (int)u[2], (int)u[1], (int)u[0]));
+}
+
+TARGET static inline __attribute__((always_inline)) void row_q4_k(const uint8_t *w, const act_k *const *x, int nx,
+                                                                   int64_t K, float *out) {
+    __m256 acc[GROUP];
+    __m128 mins[GROUP];
+    for (int i = 0; i < nx; i++) acc[i] = _mm256_setzero_ps(), mins[i] = _mm_setzero_ps();
+    const __m256i low4 = _mm256_set1_epi8(0x0F);
+    for (int64_t b = 0; b < K / QK; b++, w += 144) {
+        const float d = half(w), dmin = half(w + 2);
+        const __m256i scales_mins = q4k_scales_mins(w + 4);
+        const __m256i scales = _mm256_broadcastsi128_si256(_mm256_castsi256_si128(scales_mins));
+        const __m128i min8 = _mm256_extracti128_si256(scales_mins, 1);
+        __m256i sums[GROUP];
+        for (int i = 0; i < nx; i++) sums[i] = _mm256_setzero_si256();
+        for (int p = 0; p < 4; p++) {
+            const __m256i bytes = _mm256_loadu_si256((const __m256i *)(w + 16 + 32 * p));
+            const __m256i lo = _mm256_and_si256(bytes, low4), hi = _mm256_and_si256(_mm256_srli_epi16(bytes, 4), low4);
+            const __m256i s_lo = _mm256_shuffle_epi8(scales, _mm256_load_si256((const __m256i *)PAIR[2 * p]));
+            const __m256i s_hi = _mm256_shuffle_epi8(scales, _mm256_load_si256((const __m256i *)PAIR[2 * p + 1]));
+            for (int i = 0; i < nx; i++) {
+                const int8_t *q = x[i][b].q + 64 * p;
+                const __m256i a = _mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *)q));
+                const __m256i c = _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i *)(q + 32)));
+                sums[i] = _mm256_add_epi32(sums[i], _mm256_add_epi32(_mm256_madd_epi16(a, s_lo), _mm256_madd_epi16(c, s_hi)));
+            }
+        }
+        for (int i = 0; i < nx; i++) {
+            const act_k *a = &x[i][b];
+            /* the activations' sums per 32 (pairs of sums of 16) against the eight mins */
+            const __m128i sums32 = _mm_hadd_epi16(_mm_loadu_si128((const __m128i *)a->sums),
+                                                  _mm_loadu_si128((const __m128i *)(a->sums + 8)));
+            acc[i] = _mm256_fmadd_ps(_mm256_set1_ps(d * a->d), _mm256_cvtepi32_ps(sums[i]), acc[i]);
+            mins[i] = _mm_fmadd_ps(_mm_set1_ps(dmin * a->d), _mm_cvtepi32_ps(_mm_madd_epi16(min8, sums32)), mins[i]);
+        }
+    }
+    for (int i = 0; i < nx; i++) {
+        __m128 m = _mm_add_ps(mins[i], _mm_movehl_ps(mins[i], mins[i]));
+        m = _mm_add_ss(m, _mm_movehdup_ps(m));
+        out[i] = hsum8(acc[i]) - _mm_cvtss_f32(m);
+    }
+}
+
+TARGET static inline __attribute__((always_inline)) void row_q6_k(const uint8_t *w, const act_k *const *x, int nx,
+                                                                   int64_t K, float *out) {
+    __m256 acc[GROUP];
+    for (int i = 0; i < nx; i++) acc[i] = _mm256_setzero_ps();
+    const __m256i low4 = _mm256_set1_epi8(0x0F), two = _mm256_set1_epi8(3);
+    for (int64_t b = 0; b < K / QK; b++, w += 210) {
+        const uint8_t *ql = w, *qh = w + 128;
+        const __m128i scales8 = _mm_loadu_si128((const __m128i *)(w + 192));
+        const float d = half(w + 208);
+        const __m256i scale16 = _mm256_cvtepi8_epi16(scales8);
+        __m128i pick = SPLIT0;
+        __m256i sums[GROUP];
+        for (int i = 0; i < nx; i++) sums[i] = _mm256_setzero_si256();
+        for (int h = 0; h < 2; h++) {
+            const __m256i l0 = _mm256_loadu_si256((const __m256i *)(ql + 64 * h));
+            const __m256i l1 = _mm256_loadu_si256((const __m256i *)(ql + 64 * h + 32));
+            const __m256i hb = _mm256_loadu_si256((const __m256i *)(qh + 32 * h));
+            /* the four 32-value pieces of this half, quants 0..63 */
+            __m256i piece[4];
+            piece[0] = _mm256_or_si256(_mm256_and_si256(l0, low4), _mm256_slli_epi16(_mm256_and_si256(hb, two), 4));
+            piece[1] = _mm256_or_si256(_mm256_and_si256(l1, low4),
+                                       _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 2), two), 4));
+            piece[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), low4),
+                                       _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 4), two), 4));
+            piece[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), low4),
+                                       _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 6), two), 4));
+            for (int s = 0; s < 4; s++) {
+                const int t = 4 * h + s; /* values 32t .. 32t + 31: scales 2t and 2t + 1 */
+                const __m256i scale = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(scales8, pick));
+                pick = _mm_add_epi8(pick, _mm_set1_epi8(2));
+                for (int i = 0; i < nx; i++) {
+                    const __m256i p = _mm256_maddubs_epi16(piece[s], _mm256_loadu_si256((const __m256i *)(x[i][b].q + 32 * t)));
+                    sums[i] = _mm256_add_epi32(sums[i], _mm256_madd_epi16(p, scale));
+                }
+            }
+        }
+        for (int i = 0; i < nx; i++) {
+            const act_k *a = &x[i][b];
+            /* the quants' offset of 32, times each scale and the sum of its 16 activations */
+            const __m256i offset = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)a->sums), scale16);
+            const __m256i total = _mm256_sub_epi32(sums[i], _mm256_slli_epi32(offset, 5));
+            acc[i] = _mm256_fmadd_ps(_mm256_set1_ps(d * a->d), _mm256_cvtepi32_ps(total), acc[i]);
+        }
+    }
+    for (int i = 0; i < nx; i++) out[i] = hsum8(acc[i]);
+}
+
+TARGET static inline __attribute__((always_inline)) void row_q5_0(const uint8_t *w, const act_32 *const *x, int nx,
+                                                                   int64_t K, float *out) {
+    __m256 acc[GROUP];
+    for (int i = 0; i < nx; i++) acc[i] = _mm256_setzero_ps();
+    const __m256i low4 = _mm256_set1_epi8(0x0F), sixteen = _mm256_set1_epi8(16);
+    /* byte l of the broadcast high bits picks bit l of its 32-bit word */
+    const __m256i pick = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3,
+                                          3, 3, 3, 3, 3, 3);
+    const __m256i bit = _mm256_set1_epi64x(0x8040201008040201LL);
+    for (int64_t b = 0; b < K / Q32; b++, w += 22) {
+        const float d = half(w);
+        uint32_t qh;
+        memcpy(&qh, w + 2, 4);
+        const __m128i half16 = _mm_loadu_si128((const __m128i *)(w + 6));
+        const __m256i nib = _mm256_and_si256(
+            _mm256_inserti128_si256(_mm256_castsi128_si256(half16), _mm_srli_epi16(half16, 4), 1), low4);
+        const __m256i bits = _mm256_cmpeq_epi8(_mm256_and_si256(_mm256_shuffle_epi8(_mm256_set1_epi32((int)qh), pick), bit), bit);
+        const __m256i q = _mm256_sub_epi8(_mm256_or_si256(nib, _mm256_and_si256(bits, sixteen)), sixteen);
+        for (int i = 0; i < nx; i++) {
+            const __m256i p = dot_s8(q, _mm256_loadu_si256((const __m256i *)x[i][b].q));
+            acc[i] = _mm256_fmadd_ps(_mm256_set1_ps(d * x[i][b].d), _mm256_cvtepi32_ps(p), acc[i]);
+        }
+    }
+    for (int i = 0; i < nx; i++) out[i] = hsum8(acc[i]);
+}
+
+TARGET static inline __attribute__((always_inline)) void row_q8_0(const uint8_t *w, const act_32 *const *x, int nx,
+                                                                   int64_t K, float *out) {
+    __m256 acc[GROUP];
+    for (int i = 0; i < nx; i++) acc[i] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < K / Q32; b++, w += 34) {
+        const float d = half(w);
+        const __m256i q = _mm256_loadu_si256((const __m256i *)(w + 2));
+        for (int i = 0; i < nx; i++) {
+            const __m256i p = dot_s8(q, _mm256_loadu_si256((const __m256i *)x[i][b].q));
+            acc[i] = _mm256_fmadd_ps(_mm256_set1_ps(d * x[i][b].d), _mm256_cvtepi32_ps(p), acc[i]);
+        }
+    }
+    for (int i = 0; i < nx; i++) out[i] = hsum8(acc[i]);
+}
+
+/* Plain float weights (F32 / F16 matrices are rare in these files): widen and multiply-add, 8 lanes then a sum. */
+TARGET static void row_float(int type, const uint8_t *w, const float *const *x, int nx, int64_t K, float *out) {
+    for (int i = 0; i < nx; i++) {
+        __m256 acc = _mm256_setzero_ps();
+        const int64_t K8 = K & ~(int64_t)7;
+        for (int64_t k = 0; k < K8; k += 8) {
+            const __m256 wv = type == F32 ? _mm256_loadu_ps((const float *)w + k)
+                                          : _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(w + 2 * k)));
+            acc = _mm256_fmadd_ps(wv, _mm256_loadu_ps(x[i] + k), acc);
+        }
+        float s = hsum8(acc);
+        for (int64_t k = K8; k < K; k++) {
+            const float wk = type == F32 ? ((const float *)w)[k] : half(w + 2 * k);
+            s = fmaf(wk, x[i][k], s);
+        }
+        out[i] = s;
+    }
+}
+
+/* Each row function compiled for 1, 2, 3 and 4 inputs: with the count a constant the compiler keeps every
+ * accumulator in a register and unrolls the input loops (an unknown count left them on the stack: 3x slower). */
+#define SPECIALISE(NAME, ACT)                                                                                        \
+    TARGET static void NAME##_1(const uint8_t *w, const ACT *const *x, int64_t K, float *o) { NAME(w, x, 1, K, o); } \
+    TARGET static void NAME##_2(const uint8_t *w, const ACT *const *x, int64_t K, float *o) { NAME(w, x, 2, K, o); } \
+    TARGET static void NAME##_3(const uint8_t *w, const ACT *const *x, int64_t K, float *o) { NAME(w, x, 3, K, o); } \
+    TARGET static void NAME##_4(const uint8_t *w, const ACT *const *x, int64_t K, float *o) { NAME(w, x, 4, K, o); } \
+    static void (*const NAME##_for[GROUP + 1])(const uint8_t *, const ACT *const *, int64_t, float *) = {            \
+        NULL, NAME##_1, NAME##_2, NAME##_3, NAME##_4};
+SPECIALISE(row_q4_k, act_k)
+SPECIALISE(row_q6_k, act_k)
+SPECIALISE(row_q5_0, act_32)
+SPECIALISE(row_q8_0, act_32)
+
+static int is_k_quant(int type) { return type == Q4_K || type == Q6_K; }
+
+/* y (M x N, rows ldy floats apart) = x (M x K) @ W^T (+ b): W's rows of ggml blocks, `stride` bytes apart. */
+TARGET static int matmul(int type, const uint8_t *w, int64_t stride, const float *x, const float *bias, float *y,
+                         int64_t ldy, int64_t N, int64_t K, int64_t M, int threads) {
+    void *acts = NULL;
+    const void **rows = malloc(sizeof(void *) * M);
+    if (!rows) return -1;
+    if (type == F32 || type == F16) {
+        for (int64_t i = 0; i < M; i++) rows[i] = x + i * K;
+    } else {
+        const size_t per_row = is_k_quant(type) ? sizeof(act_k) * (K / QK) : sizeof(act_32) * (K / Q32);
+        acts = malloc(per_row * M);
+        if (!acts) {
+            free(rows);
+            return -1;
+        }
+        for (int64_t i = 0; i < M; i++) {
+            rows[i] = (char *)acts + per_row * i;
+            if (is_k_quant(type))
+                quantize_row_k(x + i * K, (act_k *)rows[i], K);
+            else
+                quantize_row_32(x + i * K, (act_32 *)rows[i], K);
+        }
+    }
+#pragma omp parallel for num_threads(threads) schedule(static)
+    for (int64_t n = 0; n < N; n++) {
+        const uint8_t *wn = w + n * stride;
+        for (int64_t i0 = 0; i0 < M; i0 += GROUP) {
+            const int nx = (int)(M - i0 < GROUP ? M - i0 : GROUP);
+            float out[GROUP];
+            switch (type) {
+            case Q4_K: row_q4_k_for[nx](wn, (const act_k *const *)(rows + i0), K, out); break;
+            case Q6_K: row_q6_k_for[nx](wn, (const act_k *const *)(rows + i0), K, out); break;
+            case Q5_0: row_q5_0_for[nx](wn, (const act_32 *const *)(rows + i0), K, out); break;
+            case Q8_0: row_q8_0_for[nx](wn, (const act_32 *const *)(rows + i0), K, out); break;
+            default: row_float(type, wn, (const float *const *)(rows + i0), nx, K, out); break;
+            }
+            for (int i = 0; i < nx; i++) y[(i0 + i) * ldy + n] = bias ? out[i] + bias[n] : out[i];
+        }
+    }
+    free(acts);
+    free(rows);
+    return 0;
+}
+#endif
+
+#endif

@@ -1,0 +1,135 @@
+"""The fused layers (specdec/fused_layers.py, specdec/_layers.c): every decoder layer of a decoding step or a verify
+pass in one native call gives the Python forward's bits (logits, last hidden states, the KV cache) for every tensor
+type, product layout (q|k|v in 1, 2 or 3 runs; gate|up in 1 or 2), row count 1..16 and thread count; and every
+call is checked before it enters C: a wrong tensor or a corrupt plan row is a clear error, never a read out of
+bounds. Tiny random GGUF files written by the test."""
+
+import pytest
+import torch
+
+from specdec import fused_layers
+from specdec.gguf_model import read_gguf
+from specdec.lean import LeanLM
+from specdec.testing import DRAFT_TYPES, tiny_gguf
+
+pytestmark = pytest.mark.skipif(not fused_layers.available(), reason="specdec._layers not built here")
+
+TOKENS = torch.randint(0, 256, (80,), generator=torch.Generator().manual_seed(11)).tolist()
+# the target's mix (one layer's q|k|v one product, the other's two), the draft's, and plain floats in three q|k|v runs
+# (F16, F32, F16) and two gate|up runs (F16, F32)
+TYPE_SETS = {
+    "target": {"blk.1.attn_v": "Q4_K", "blk.0.ffn_down": "Q4_K"},
+    "draft": DRAFT_TYPES,
+    "floats": {"attn_q": "F16", "attn_k": "F32", "attn_v": "F16", "ffn_gate": "F16", "ffn_up": "F32",
+               "attn_output": "F16", "ffn_down": "F32"},
+}
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    root = tmp_path_factory.mktemp("gguf")
+    return {name: read_gguf(tiny_gguf(root / f"{name}.gguf", types=types)) for name, types in TYPE_SETS.items()}
+
+
+def runs(model):
+    layer = model.layers[0]
+    return len(layer.qkv), len(layer.gate_up)
+
+
+def test_the_files_cover_every_product_layout(models):
+    layouts = {runs(model) for model in models.values()} | {(len(w.qkv), len(w.gate_up))
+                                                             for w in models["target"].layers}
+    assert {(1, 1), (2, 1), (3, 2)} <= layouts
+
+
+def state(session, logits):
+    """What a pass leaves: its logits, the last hidden states and the KV cache up to the session's length."""
+    end = session.length
+    return logits, session.last_hidden, session.keys[:, :, :end], session.values[:, :, :end]
+
+
+def identical(a, b) -> bool:
+    return all(torch.equal(x, y) for x, y in zip(a, b))
+
+
+@pytest.mark.parametrize("name", list(TYPE_SETS))
+@pytest.mark.parametrize("layers", [None, 1])
+def test_fused_layers_give_the_python_forwards_bits_for_every_row_count(models, name, layers, threads):
+    fused, python = (LeanLM(models[name], layers=layers, max_length=128, fused=f) for f in (True, False))
+    assert fused._fused is not None and python._fused is None
+    for session in (fused, python):
+        session.extend(TOKENS[:40], 1)  # a prompt pass: the Python forward in both
+    for rows in range(1, 17):
+        block = TOKENS[40:40 + rows]
+        assert identical(state(fused, fused.extend(block, rows)), state(python, python.extend(block, rows))), \
+            (name, rows)
+        fused.crop(40)
+        python.crop(40)
+
+
+def test_the_comparison_sees_a_small_difference(models):
+    """The check above has power: one value bias 0.001 off (read through the plan's address; a value's last bit
+    can round away in its sum) changes the fused session's state."""
+    model = models["target"]
+    fused, python = LeanLM(model, max_length=64), LeanLM(model, max_length=64, fused=False)
+    bias = model.layers[0].v_bias
+    original = bias[3].clone()
+    try:
+        bias[3] += 1e-3
+        shifted = state(fused, fused.extend(TOKENS[:3], 3))
+    finally:
+        bias[3] = original
+    expected = state(python, python.extend(TOKENS[:3], 3))
+    assert not identical(shifted, expected)
+    fused.reset()
+    assert identical(state(fused, fused.extend(TOKENS[:3], 3)), expected)  # the bias restored, the bits agree
+
+
+def plan_and_call(model, rows=2):
+    session = LeanLM(model, max_length=32)
+    hidden = torch.randn(rows, model.config.hidden)
+    return session._fused, hidden
+
+
+@pytest.mark.parametrize("bad, error", [
+    (lambda h: h.double(), "contiguous CPU float32 rows of 256 values"),
+    (lambda h: h[:, :128], "contiguous CPU float32 rows of 256 values"),
+    (lambda h: h.t().contiguous().t(), "contiguous CPU float32 rows"),
+    (lambda h: h[0], "contiguous CPU float32 rows"),
+])
+def test_a_wrong_hidden_tensor_is_refused_before_c(models, bad, error):
+    fused, hidden = plan_and_call(models["draft"])
+    with pytest.raises(ValueError, match=error):
+        fused.forward(bad(hidden), 0)
+
+
+@pytest.mark.parametrize("start", [31, -1, 30.0])
+def test_positions_outside_the_cache_are_refused(models, start):
+    fused, hidden = plan_and_call(models["draft"])
+    with pytest.raises(ValueError, match="outside the cache's 32"):
+        fused.forward(hidden, start)
+
+
+@pytest.mark.parametrize("field, value, error", [
+    (3, 99, "unknown weight type code"),               # the first q|k|v run's type
+    (5, 7, "bytes per row do not match"),               # its bytes per row
+    (6, 5, "do not add up to \\(heads \\+ 2 kv_heads\\) x head_dim"),  # its output rows
+    (2, 0, "1..3 runs"),                                # no q|k|v run
+    (0, 0, "a null address"),                           # the attention norm's address
+    (19, 0, "weight address is null"),                  # the output projection's address
+])
+def test_a_corrupt_plan_row_is_refused_by_the_native_check(models, field, value, error):
+    fused, hidden = plan_and_call(models["draft"])
+    fused.plan[1, field] = value
+    with pytest.raises(ValueError, match=f"layer plan row 1: .*{error}"):
+        fused.forward(hidden, 0)
+
+
+def test_caches_of_another_shape_are_refused_when_the_plan_is_made(models):
+    model = models["draft"]
+    session = LeanLM(model, max_length=16)
+    c = model.config
+    with pytest.raises(ValueError, match="keys cache must be a contiguous CPU float32 tensor"):
+        fused_layers.FusedLayers(c, model.layers, session.keys[:1], session.values, session._cos, session._sin)
+    with pytest.raises(ValueError, match="rotary cos table"):
+        fused_layers.FusedLayers(c, model.layers, session.keys, session.values, session._cos[:8], session._sin)
