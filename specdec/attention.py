@@ -22,7 +22,7 @@ except ImportError:  # not built (no compiler at install time)
 
 NAME = "specdec_invariant"
 MAX_INVARIANT_ROWS = 32  # query rows run on the native kernel; more (a prompt pass) on torch's SDPA
-MAX_HEAD_DIM = 512  # the kernel's stack accumulator (specdec/_attention.c)
+MAX_HEAD_DIM = 512  # the kernel's stack accumulator (specdec/_attention_kernels.h)
 KV_DTYPES = (torch.float32, torch.bfloat16)
 
 
