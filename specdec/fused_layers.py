@@ -105,7 +105,12 @@ class FusedLayers:
         if not isinstance(start, int) or start < 0 or start + hidden.shape[0] > self.max_length:
             raise ValueError(f"positions {start}..{start + hidden.shape[0] - 1} lie outside the cache's "
                              f"{self.max_length}")
-        _layers.forward(self.plan.data_ptr(), self.plan.shape[0], self.plan.shape[1], hidden.data_ptr(),
+        plan = self.plan
+        if plan.dtype != torch.int64 or plan.dim() != 2 or not plan.is_contiguous() \
+                or plan.shape[1] != _layers.n_fields():
+            raise ValueError(f"the layer plan must be a contiguous int64 (layers, {_layers.n_fields()}) tensor, got "
+                             f"{plan.dtype} {tuple(plan.shape)}")
+        _layers.forward(plan.data_ptr(), plan.shape[0], plan.shape[1], hidden.data_ptr(),
                         hidden.shape[0], start, c.hidden, c.heads, c.kv_heads, c.head_dim, c.ffn, self.max_length,
                         self.cos.data_ptr(), self.sin.data_ptr(), float(c.rms_eps), float(self.scale),
                         torch.get_num_threads())

@@ -124,6 +124,15 @@ def test_a_corrupt_plan_row_is_refused_by_the_native_check(models, field, value,
         fused.forward(hidden, 0)
 
 
+def test_a_plan_of_another_type_or_width_is_refused_before_c(models):
+    fused, hidden = plan_and_call(models["draft"])
+    plan = fused.plan
+    for bad in (plan.int(), plan[:, :-1].contiguous(), plan.t()):
+        fused.plan = bad
+        with pytest.raises(ValueError, match="the layer plan must be a contiguous int64"):
+            fused.forward(hidden, 0)
+
+
 def test_caches_of_another_shape_are_refused_when_the_plan_is_made(models):
     model = models["draft"]
     session = LeanLM(model, max_length=16)
