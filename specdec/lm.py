@@ -120,17 +120,20 @@ class PrefixMemoLM:
     as the prompt, which is wrong for a user that defers its prompt pass (HybridDraft's model draft).
     """
 
-    def __init__(self, model: PreTrainedModel, eos_token_ids: Sequence[int] | None = None, *,
+    def __init__(self, model, eos_token_ids: Sequence[int] | None = None, *,
                  exact_depth: int | None = None, prompt_length: int | None = None):
         if exact_depth is not None and (not isinstance(exact_depth, int) or exact_depth < 0):
             raise ValueError(f"exact_depth must be a non-negative integer or None, got {exact_depth!r}")
         if prompt_length is not None and (not isinstance(prompt_length, int) or prompt_length < 1):
             raise ValueError(f"prompt_length must be a positive integer or None, got {prompt_length!r}")
-        self._model = CachedLM(model, eos_token_ids)
+        # a Hugging Face model runs in a KV-cached session of its own; a session (the GGUF engine's LeanLM) is used as
+        # it is, and must be this memo's alone
+        self._model = CachedLM(model, eos_token_ids) if isinstance(model, PreTrainedModel) else as_session(model)
         self.model = model
-        self.device = self._model.device
+        self.device = getattr(self._model, "device", torch.device("cpu"))
         self.vocab_size = self._model.vocab_size
-        self.eos_token_ids = self._model.eos_token_ids
+        self.eos_token_ids = (frozenset(eos_token_ids) if eos_token_ids is not None
+                              else frozenset(self._model.eos_token_ids))
         self.exact_depth = exact_depth
         self.prompt_length = prompt_length
         self._root_length: int | None = prompt_length  # the prompt's length (else: of the first extend after a reset)
@@ -194,7 +197,8 @@ class PrefixMemoLM:
         for key in keys:
             self.next_token_logits(key)  # computes a prefix not seen yet
         if not keys:
-            return torch.empty(0, self._model.model.config.hidden_size)
+            config = self._model.model.config  # a Hugging Face config, or a GGUF file's (LeanLM)
+            return torch.empty(0, getattr(config, "hidden_size", None) or config.hidden)
         return torch.stack([self._hidden[key] for key in keys])
 
     def _key(self, prefix: tuple[int, ...]) -> tuple[int, ...]:

@@ -18,9 +18,11 @@ import torch
 from scipy import stats as scipy_stats
 from scipy.optimize import brentq
 
-from specdec import sampling
+from specdec import quant, sampling
 from specdec.decode import generate_speculative
 from specdec.drafts import hybrid as hybrid_draft
+from specdec.gguf_model import read_gguf
+from specdec.lean import LeanLM
 from specdec.lm import PrefixMemoLM
 from specdec.sampling import SamplingConfig, speculative_step, warp_logits
 from specdec.study.analysis import judge_distribution_checks
@@ -39,7 +41,7 @@ from specdec.study.distribution import (
     WRONG_SAMPLERS as STUDY_WRONG_SAMPLERS,
 )
 from specdec.study.stats import chi_square_gof, chi_square_power, samples_for_power, total_variation
-from specdec.testing import perturbed_copy, tiny_qwen2
+from specdec.testing import perturbed_copy, tiny_gguf, tiny_qwen2
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -227,6 +229,21 @@ def test_memoised_pair_samples_follow_the_target_and_reject_the_wrong_sampler(dr
     assert check.fit.n_samples == MEMO_SAMPLES and check.fit.impossible == 0
     assert check.fit.p_value > THRESHOLD
     assert check.wrong_fit.p_value < THRESHOLD
+
+
+@pytest.mark.slow  # as the pair above: the study's check machinery, here over the GGUF engine's sessions
+@pytest.mark.skipif(not quant.available(), reason="specdec._quant (the quantized product) not built")
+def test_the_check_runs_on_gguf_sessions_and_rejects_the_wrong_sampler(tmp_path):
+    """The GGUF regime's sessions (LeanLM) behind the prefix memos, as verify_distribution runs them there: a tiny
+    GGUF target and, as its draft, a session over its first layer (a truncated cut of the same file)."""
+    model = read_gguf(tiny_gguf(tmp_path / "target.gguf", norm_scale=(0.3, 0.1)))
+    target, draft = LeanLM(model, max_length=32), LeanLM(model, max_length=32, layers=1)
+    pair = MemoisedPair(target, draft, torch.tensor([[7, 30, 12, 45]]), SamplingConfig(1.0, top_k=5), 3)
+    assert len(pair.exact) > 100 and abs(sum(pair.exact.values()) - 1.0) < 1e-9  # up to 125 (EOS ends some)
+    check = pair.check(k=3, n_samples=MEMO_SAMPLES)
+    assert check.fit.n_samples == MEMO_SAMPLES and check.fit.impossible == 0
+    assert check.fit.p_value > THRESHOLD, check.fit
+    assert check.wrong_fit.p_value < THRESHOLD, check.wrong_fit
 
 
 def test_memoised_pair_sampler_is_the_real_loop():

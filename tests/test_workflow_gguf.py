@@ -1,7 +1,7 @@
 """The workflow in the gguf regime (runtime.weights: gguf): the tiny study run end to end from tiny GGUF files (every
 kind that runs there, greedy identity with 0 near-ties and 0 divergences, reproduce, provenance naming the files), a
 dry run of config/gguf.yaml over the real config (GGUF files and their tokenizer in, no model directory, no kernel
-table, no profile, no distribution check), and the refusals at start or when a stage that does not run there is
+table, no profile), and the refusals at start or when a stage that does not run there is
 asked for, each naming what it refuses."""
 
 import copy
@@ -121,18 +121,20 @@ def test_a_stage_that_runs_hugging_face_models_is_refused_when_asked_for(gguf_st
 def test_config_gguf_plans_the_study_from_the_gguf_files():
     """config/gguf.yaml over the real config, as README says to run it: every decode job reads the target's GGUF
     file (a model draft's and a cut's too), the prompts the target file's tokenizer; nothing loads or times fp32
-    weights; the default target names the two stages it leaves out; nothing is written over committed files."""
+    weights (the distribution check runs the GGUF sessions); the default target names the stage it leaves out;
+    nothing is written over committed files."""
     result = subprocess.run([sys.executable, "-m", "snakemake", "--dry-run", "--forceall", "--nolock", "--cores", "2",
                              "--configfile", "config/gguf.yaml"], cwd=REPO, capture_output=True, text=True,
                             timeout=600)
     output = result.stdout + result.stderr
     assert result.returncode == 0, output[-4000:]
-    assert "the distribution check and profiling / the cost model do not run in this regime" in output
+    assert "profiling / the cost model do not run in this regime" in output
     lines = output.splitlines()
     rules = {line.split()[1].rstrip(":") for line in lines if line.startswith(("rule ", "localrule "))}
-    assert {"decode", "gguf_tokenizer", "make_prompts", "verify_greedy", "study_table", "provenance"} <= rules
+    assert {"decode", "gguf_tokenizer", "make_prompts", "verify_greedy", "verify_distribution", "study_table",
+            "provenance"} <= rules
     assert not rules & {"prepare_model", "derive_truncated_draft", "time_linear_backends", "time_bf16_products",
-                        "profile_fit_models", "profile_model", "verify_distribution", "costmodel", "peers_run"}
+                        "profile_fit_models", "profile_model", "costmodel", "peers_run"}
     inputs = [line.split(":", 1)[1] for line in lines if line.strip().startswith("input:")]
     assert inputs and not any("resources/models/" in line or "/kernels/" in line for line in inputs)
     decode_inputs = [line for line in inputs if "/prompts/" in line and ".parquet" in line and "gguf" in line]

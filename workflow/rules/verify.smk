@@ -19,10 +19,9 @@ rule verify_greedy:
 
 rule verify_distribution:
     input:
-        unpack(fp32_only("verify_distribution (the distribution check's prefix memo)")),
         unpack(draft_model_input),
         unpack(kernel_inputs),
-        target=model_dir(config["target"]),
+        target=target_input(),  # a model directory, or with runtime.weights gguf the target's GGUF file
         prompts=f"{R}/prompts/{{domain}}.parquet",
     output:
         f"{R}/verify/distribution/{{draft}}/{{domain}}.parquet",

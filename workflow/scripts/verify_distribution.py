@@ -11,10 +11,10 @@ import logging
 import pandas as pd
 
 from specdec.drafts import get_kind, load_plugins
-from specdec.loading import Runtime, load_for_decoding
+from specdec.loading import Runtime
 from specdec.study.distribution import DistributionSettings, run_distribution_checks
 from specdec.study.io import write_parquet
-from specdec.study.jobs import load_draft_model, read_backend_tables
+from specdec.study.jobs import load_draft_model, load_target, read_backend_tables
 from specdec.study.logs import log_to
 
 log = logging.getLogger("verify_distribution")
@@ -30,13 +30,18 @@ def main(snakemake):
         runtime = Runtime(**params.runtime)  # not snakemake.threads: capped at --cores
         log.info("draft %s (%s), domain %s, %s, family of %d tests, runtime %s", snakemake.wildcards.draft, spec,
                  snakemake.wildcards.domain, settings, family_size, runtime)
-        target, target_tokenizer = load_for_decoding(
-            snakemake.input.target, runtime, read_backend_tables(snakemake.input.get("target_kernels")))
+        prompts = pd.read_parquet(snakemake.input.prompts)
+        # runtime.weights gguf: LeanLM sessions (the prefix memos use them as they are), each with a KV cache as long
+        # as the longest sequence a check feeds; safetensors: the prepared models
+        longest = int(prompts["input_ids"].head(settings.prompts_per_domain).map(len).max()) + settings.tokens \
+            + max(settings.k) + 1
+        target, target_tokenizer = load_target(snakemake.input.target, runtime,
+                                               read_backend_tables(snakemake.input.get("target_kernels")), longest)
         draft = None
         if get_kind(spec["kind"]).model is not None:
-            draft = load_draft_model(snakemake.wildcards.draft, spec, snakemake.input.draft, target_tokenizer,
-                                     runtime, read_backend_tables(snakemake.input.get("draft_kernels")))
-        prompts = pd.read_parquet(snakemake.input.prompts)
+            draft = load_draft_model(snakemake.wildcards.draft, spec, snakemake.input.get("draft"), target_tokenizer,
+                                     runtime, read_backend_tables(snakemake.input.get("draft_kernels")),
+                                     target=target)
         rows = run_distribution_checks(target, draft, prompts, settings, draft_spec=spec, family_size=family_size,
                                        log=log.info)
         table = pd.DataFrame(rows)
