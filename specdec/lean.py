@@ -5,7 +5,9 @@ layer (Python calls, small ops, cache bookkeeping) becomes a large share of it. 
 of calls on preallocated state: one native RMSNorm call (specdec/rowops.py: torch's takes five small ops), the
 q|k|v products (one call per run of one weight type), rotary as two multiplies, a roll and an add on q and k
 together, two writes into a static KV cache, one attention call, the output product, the MLP's gate|up as one
-product, one native silu(gate) * up, down, and the two residual adds.
+product, one native silu(gate) * up, down, and the two residual adds. A decoding step or a verify pass runs that
+same sequence for every layer in one native call (specdec/fused_layers.py: the same kernels, the same bits); a
+prompt pass runs it here, layer by layer.
 
 Batch invariance: every product runs on `QuantMatrix.matmul` (order-fixed per output, whatever the row count and
 thread count, where the native kernel runs), passes of up to `attention.MAX_INVARIANT_ROWS` rows on the native
