@@ -130,10 +130,10 @@ class LeanLM(KeepsFeatures):
             raise ContextLengthError(f"{end} positions exceed this session's KV cache of max_length "
                                      f"{self.max_length}; make the session with a larger max_length")
         hidden = self.model.embedding.dequantize_rows(tokens)
-        cos, sin = self._cos[start:end], self._sin[start:end]
         if rows <= MAX_INVARIANT_ROWS and self._fused is not None:
             hidden = self._fused.forward(hidden, start)
         else:
+            cos, sin = self._cos[start:end], self._sin[start:end]
             attend = _invariant_attention if rows <= MAX_INVARIANT_ROWS and attention.available() else _sdpa_attention
             for weights, (keys, values) in zip(self.layers, self._caches):
                 hidden = _layer(weights, self.config, hidden, keys, values, start, end, cos, sin, attend)

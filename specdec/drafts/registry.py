@@ -97,8 +97,8 @@ class DraftKind:
 
     def model_name(self, draft: str, spec: Mapping) -> str | None:
         """The prepared model directory's name this draft loads: its `model` field, its own name, or None."""
-        if self.model == "own" and self.shared_model(spec):
-            return self.shared_model(spec)
+        if self.model == "own" and (shared := self.shared_model(spec)):
+            return shared
         return {"named": spec.get("model"), "own": draft, None: None}[self.model]
 
     def makes_own_model(self, spec: Mapping) -> bool:
