@@ -41,5 +41,5 @@ rule all:
         f"{R}/plots/speedup_vs_k.png",
         f"{R}/provenance.yaml",
         [f"{R}/tables/distribution.csv"] if DISTRIBUTION and distribution_drafts() else [],
-        [f"{R}/tables/costmodel.csv", f"{R}/tables/machines.csv", *machine_fit_files()] if PROFILING else [],
+        [f"{R}/tables/costmodel.csv", f"{R}/tables/machines.csv", *machine_fit_files()] if COSTMODEL_IN_STUDY else [],
     default_target: True

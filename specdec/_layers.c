@@ -15,9 +15,18 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
+#include <time.h>
+
 #include "_attention_kernels.h"
 #include "_quant_kernels.h"
 #include "_rowops_kernels.h"
+
+/* Wall seconds on a clock that never steps (a layer's time, for the cost model's profiles). */
+static double monotonic_seconds(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
 
 /* A plan row: the fields of one layer. A product run is (type, address, bytes per row, output rows[, bias]). */
 enum {
@@ -162,16 +171,18 @@ static int check_plan(const int64_t *plan, int64_t n_layers, const dims_t *c) {
 }
 
 /* forward(plan, n_layers, n_fields, h, rows, start, hidden, heads, kv_heads, head_dim, ffn, max_length, cos, sin,
- * eps, scale, threads): run the plan's layers over h (rows x hidden fp32, in place) at positions start..; writes
- * their keys and values into each layer's cache. specdec/fused_layers.py checks every tensor first. */
+ * eps, scale, threads, seconds): run the plan's layers over h (rows x hidden fp32, in place) at positions start..;
+ * writes their keys and values into each layer's cache. seconds: 0, or n_layers doubles that get each layer's wall
+ * time (every thread of a layer's products has joined when it returns). specdec/fused_layers.py checks every tensor
+ * first. */
 static PyObject *py_forward(PyObject *self, PyObject *args) {
-    unsigned long long plan_addr, h_addr, cos_addr, sin_addr;
+    unsigned long long plan_addr, h_addr, cos_addr, sin_addr, seconds_addr;
     long long n_layers, n_fields, rows, start;
     dims_t c;
     long long hidden, heads, kv_heads, head_dim, ffn, max_length;
-    if (!PyArg_ParseTuple(args, "KLLKLLLLLLLLKKffi", &plan_addr, &n_layers, &n_fields, &h_addr, &rows, &start,
+    if (!PyArg_ParseTuple(args, "KLLKLLLLLLLLKKffiK", &plan_addr, &n_layers, &n_fields, &h_addr, &rows, &start,
                           &hidden, &heads, &kv_heads, &head_dim, &ffn, &max_length, &cos_addr, &sin_addr, &c.eps,
-                          &c.scale, &c.threads))
+                          &c.scale, &c.threads, &seconds_addr))
         return NULL;
     if (!specdec_avx2_supported()) {
         PyErr_SetString(PyExc_RuntimeError, "specdec._layers needs an x86 CPU with AVX2, FMA and F16C");
@@ -202,9 +213,13 @@ static PyObject *py_forward(PyObject *self, PyObject *args) {
 #ifdef SPECDEC_X86
     float *work = malloc(sizeof(float) * layer_work(&c, rows, start + rows));
     if (!work) return PyErr_NoMemory();
+    double *seconds = (double *)(uintptr_t)seconds_addr;
     Py_BEGIN_ALLOW_THREADS
-    for (int64_t l = 0; l < n_layers && !status; l++)
+    for (int64_t l = 0; l < n_layers && !status; l++) {
+        const double begin = seconds ? monotonic_seconds() : 0.0;
         status = layer(plan + l * N_FIELDS, &c, (float *)(uintptr_t)h_addr, rows, start, work);
+        if (seconds) seconds[l] = monotonic_seconds() - begin;
+    }
     Py_END_ALLOW_THREADS
     free(work);
 #endif

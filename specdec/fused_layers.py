@@ -93,9 +93,10 @@ class FusedLayers:
         self._kept.append(tensor)
         return tensor.data_ptr()
 
-    def forward(self, hidden: torch.Tensor, start: int) -> torch.Tensor:
+    def forward(self, hidden: torch.Tensor, start: int, layer_seconds: torch.Tensor | None = None) -> torch.Tensor:
         """Every layer over hidden (rows, hidden) fp32 at positions start..start+rows-1, in place (returned); their
-        keys and values written into the caches."""
+        keys and values written into the caches. layer_seconds: None, or a float64 vector of one value per layer
+        that gets each layer's wall time, measured in C around it (the cost model's profiles)."""
         c = self.config
         if not isinstance(hidden, torch.Tensor) or hidden.dtype != torch.float32 or hidden.device.type != "cpu" \
                 or hidden.dim() != 2 or hidden.shape[1] != c.hidden or not hidden.is_contiguous():
@@ -110,8 +111,16 @@ class FusedLayers:
                 or plan.shape[1] != _layers.n_fields():
             raise ValueError(f"the layer plan must be a contiguous int64 (layers, {_layers.n_fields()}) tensor, got "
                              f"{plan.dtype} {tuple(plan.shape)}")
+        if layer_seconds is not None and (not isinstance(layer_seconds, torch.Tensor)
+                                          or layer_seconds.dtype != torch.float64
+                                          or layer_seconds.device.type != "cpu"
+                                          or tuple(layer_seconds.shape) != (plan.shape[0],)
+                                          or not layer_seconds.is_contiguous()):
+            raise ValueError(f"layer_seconds must be a contiguous CPU float64 vector of {plan.shape[0]} values (one "
+                             f"per layer), got {getattr(layer_seconds, 'dtype', type(layer_seconds).__name__)} "
+                             f"{tuple(getattr(layer_seconds, 'shape', ()))}")
         _layers.forward(plan.data_ptr(), plan.shape[0], plan.shape[1], hidden.data_ptr(),
                         hidden.shape[0], start, c.hidden, c.heads, c.kv_heads, c.head_dim, c.ffn, self.max_length,
                         self.cos.data_ptr(), self.sin.data_ptr(), float(c.rms_eps), float(self.scale),
-                        torch.get_num_threads())
+                        torch.get_num_threads(), 0 if layer_seconds is None else layer_seconds.data_ptr())
         return hidden

@@ -88,10 +88,18 @@ class GGUFModel:
     def step_bytes(self, layers: int | None = None) -> int:
         """Bytes a one-token step reads (the bandwidth floor's numerator): every matrix but the embedding, whose one
         row is negligible, plus the norms and biases; over the first `layers` layers (all when None)."""
-        matrices = [self.output] + [m for w in self.layers[:layers] for m in (w.q, w.k, w.v, w.o, w.gate, w.up, w.down)]
-        vectors = [self.output_norm] + [v for w in self.layers[:layers]
-                                        for v in (w.attn_norm, w.ffn_norm, w.q_bias, w.k_bias, w.v_bias)]
-        return sum(m.nbytes for m in matrices) + sum(v.numel() * v.element_size() for v in vectors)
+        return (self.head_bytes() + self.output_norm.numel() * self.output_norm.element_size()
+                + sum(self.layer_bytes(i) for i in range(len(self.layers[:layers]))))
+
+    def layer_bytes(self, index: int) -> int:
+        """Bytes of decoder layer `index`: its matrices in their file's types, its norms and biases."""
+        w = self.layers[index]
+        return (sum(m.nbytes for m in (w.q, w.k, w.v, w.o, w.gate, w.up, w.down))
+                + sum(v.numel() * v.element_size() for v in (w.attn_norm, w.ffn_norm, w.q_bias, w.k_bias, w.v_bias)))
+
+    def head_bytes(self) -> int:
+        """Bytes of the LM head's matrix (the embedding's, where the file ties them)."""
+        return self.output.nbytes
 
 
 # --- metadata --------------------------------------------------------------------------------------------------------

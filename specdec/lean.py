@@ -20,6 +20,7 @@ baseline and the speculative loop run the same prompt pass, so those rows are ne
 from __future__ import annotations
 
 import os
+import time
 from typing import Sequence
 
 import torch
@@ -119,6 +120,16 @@ class LeanLM(KeepsFeatures):
 
     @torch.inference_mode()
     def extend(self, tokens: Sequence[int], n_logits: int) -> torch.Tensor:
+        return self._extend(tokens, n_logits, None)
+
+    @torch.inference_mode()
+    def timed_extend(self, tokens: Sequence[int], n_logits: int) -> tuple[torch.Tensor, dict]:
+        """`extend`, and the wall seconds of its parts (the cost model's profiles): 'embedding', 'layers' (one value
+        per layer: measured in C around each layer on the fused path), 'norm' and 'lm_head'."""
+        times: dict = {}
+        return self._extend(tokens, n_logits, times), times
+
+    def _extend(self, tokens: Sequence[int], n_logits: int, times: dict | None) -> torch.Tensor:
         tokens = list(tokens)
         rows = len(tokens)
         if not rows:
@@ -129,24 +140,36 @@ class LeanLM(KeepsFeatures):
         if end > self.max_length:
             raise ContextLengthError(f"{end} positions exceed this session's KV cache of max_length "
                                      f"{self.max_length}; make the session with a larger max_length")
+        begin = time.perf_counter()
         hidden = self.model.embedding.dequantize_rows(tokens)
+        marks = [time.perf_counter()]
         if rows <= MAX_INVARIANT_ROWS and self._fused is not None:
-            hidden = self._fused.forward(hidden, start)
+            layer_seconds = torch.zeros(len(self.layers), dtype=torch.float64) if times is not None else None
+            hidden = self._fused.forward(hidden, start, layer_seconds)
+            layer_times = layer_seconds.tolist() if times is not None else []
         else:
             cos, sin = self._cos[start:end], self._sin[start:end]
             attend = _invariant_attention if rows <= MAX_INVARIANT_ROWS and attention.available() else _sdpa_attention
+            layer_times = []
             for weights, (keys, values) in zip(self.layers, self._caches):
                 hidden = _layer(weights, self.config, hidden, keys, values, start, end, cos, sin, attend)
+                marks.append(time.perf_counter())
+                layer_times.append(marks[-1] - marks[-2])
         self._length = end
         self.last_hidden = hidden
+        norm_begin = time.perf_counter()
         if self._features is None:
             last = rowops.rms_norm(hidden[rows - n_logits:], self.model.output_norm, self.config.rms_eps)
         else:  # every row normed (the features), the head on the last n_logits of them
             normed = rowops.rms_norm(hidden, self.model.output_norm, self.config.rms_eps)
             self._features.append(normed)
             last = normed[rows - n_logits:]
-        return self.model.output.matmul(last)
-
+        head_begin = time.perf_counter()
+        logits = self.model.output.matmul(last)
+        if times is not None:
+            times.update(embedding=marks[0] - begin, layers=layer_times, norm=head_begin - norm_begin,
+                         lm_head=time.perf_counter() - head_begin)
+        return logits
 
 def _layer(w, c, hidden, keys, values, start, end, cos, sin, attend):
     """One decoder layer over the rows of positions start..end-1; writes their keys and values into the cache

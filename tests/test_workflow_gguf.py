@@ -14,7 +14,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from specdec.testing import build_tiny_gguf_study
+from specdec.testing import build_tiny_gguf_study, tiny_gguf_with_tokenizer
 
 pytestmark = pytest.mark.slow
 # the tests on the module's tiny study run on one xdist worker, so that its fixture is built once
@@ -105,8 +105,7 @@ def test_what_cannot_run_in_the_regime_is_refused_at_start_by_name(tmp_path, cha
     assert "Job stats" not in output  # before any plan
 
 
-@pytest.mark.parametrize("target, rule", [("peers", "peers_run"), ("roofline", "roofline_kernels"),
-                                          ("machine", "profile")])
+@pytest.mark.parametrize("target, rule", [("peers", "peers_run"), ("roofline", "roofline_kernels")])
 @ON_GGUF_STUDY
 def test_a_stage_that_runs_hugging_face_models_is_refused_when_asked_for(gguf_study, tmp_path, target, rule):
     root, config = gguf_study
@@ -116,6 +115,33 @@ def test_a_stage_that_runs_hugging_face_models_is_refused_when_asked_for(gguf_st
     result = snakemake(tmp_path, "-n", "--cores", "1", "--", target, timeout=300)
     output = result.stdout + result.stderr
     assert result.returncode != 0 and rule in output and "runtime.weights 'gguf'" in output, output[-3000:]
+
+
+@ON_GGUF_STUDY
+def test_the_machine_target_profiles_the_gguf_files_and_joins_the_verdict_as_its_own_kernel(gguf_study, tmp_path):
+    """`machine` in the regime: lean sessions over the target's file, a draft's and a cut of the target's file (and
+    a wider file, profiling.extra_models: the fit needs two widths) profiled per layer, fitted, kept under
+    {machine}/gguf/ and read by the verdict across machines."""
+    root, config = gguf_study
+    config = copy.deepcopy(config)
+    shutil.copytree(root / "resources", tmp_path / "resources")
+    tiny_gguf_with_tokenizer(tmp_path / "resources/gguf/tiny-wide.gguf", layers=1, hidden=512, ffn=1024, heads=8)
+    config["models"]["tiny-wide"] = dict(config["models"]["tiny-target"])  # only its GGUF file is read here
+    config["profiling"] = {"context_length": 16, "repeats": 2, "warmup": 1, "n_boot": 50, "extra_models": ["tiny-wide"]}
+    write(tmp_path, config)
+    result = snakemake(tmp_path, "--cores", "1", "--", "machine", timeout=600)
+    assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
+    machine_dir, = (tmp_path / "results/machines").glob("*/gguf")
+    profiles = {p.stem: pd.read_csv(p) for p in (machine_dir / "profiles").glob("*.csv")}
+    assert set(profiles) == {"tiny-target", "tiny-draft0", "trunc1", "tiny-wide"}
+    assert profiles["trunc1"]["n_layers"].iloc[0] == 1 and profiles["tiny-target"]["n_layers"].iloc[0] == 2
+    assert (profiles["tiny-target"]["dtype_bytes"] < 1).all() and "head_dtype_bytes" in profiles["tiny-target"]
+    layers = profiles["tiny-target"].query("component == 'layer'")
+    assert set(layers["layer"]) == {0, 1} and (layers["seconds"] > 0).all()
+    fitted = pd.read_csv(machine_dir / "fitted_drafts_c.csv").set_index("draft")
+    assert fitted.loc["trunc1", "c_measured_by"] == "profile" and fitted.loc["early1", "c_measured_by"] == "profile"
+    machines = pd.read_csv(tmp_path / "results/tables/machines.csv")
+    assert (machines["kernel"] == "gguf").any()
 
 
 def test_config_gguf_plans_the_study_from_the_gguf_files():
@@ -128,7 +154,7 @@ def test_config_gguf_plans_the_study_from_the_gguf_files():
                             timeout=600)
     output = result.stdout + result.stderr
     assert result.returncode == 0, output[-4000:]
-    assert "profiling / the cost model do not run in this regime" in output
+    assert "the cost model's audit of the decode runs does not run in this regime yet" in output
     lines = output.splitlines()
     rules = {line.split()[1].rstrip(":") for line in lines if line.startswith(("rule ", "localrule "))}
     assert {"decode", "gguf_tokenizer", "make_prompts", "verify_greedy", "verify_distribution", "study_table",

@@ -77,3 +77,15 @@ def test_timed_jobs_take_their_torch_threads_from_runtime_threads():
     readers = sorted(p.name for p in (REPO / "workflow/scripts").glob("*.py")
                      if any("snakemake.threads" in line.split("#")[0] for line in p.read_text().splitlines()))
     assert readers == ["llamacpp_build.py"]
+
+
+@pytest.mark.slow
+def test_a_distribution_check_of_a_feature_head_is_refused_by_name_before_any_plan(tmp_path):
+    layer = tmp_path / "head-check.yaml"
+    layer.write_text(yaml.safe_dump({"distribution_check": {"drafts": ["coder-head"]}}))
+    result = subprocess.run([sys.executable, "-m", "snakemake", "--dry-run", "--nolock", "--cores", "1",
+                             "--configfile", "config/feature-head.yaml", str(layer)], cwd=REPO, capture_output=True,
+                            text=True, timeout=600)
+    output = result.stdout + result.stderr
+    assert result.returncode != 0 and "distribution_check.drafts ['coder-head']" in output, output[-3000:]
+    assert "feature head" in output and "Job stats" not in output

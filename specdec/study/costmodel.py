@@ -39,8 +39,18 @@ class ModelShape:
     hidden: int
     intermediate: int
     vocab: int
-    dtype_bytes: int = 4
+    dtype_bytes: float = 4  # bytes per weight; a GGUF model's: its layers' mean (its types are mixed)
     kv_dim: int | None = None  # num_key_value_heads * head_dim; None: = hidden (no grouped-query attention)
+    head_dtype_bytes: float | None = None  # the LM head's bytes per weight where it differs (a GGUF model's)
+
+    @classmethod
+    def from_row(cls, row) -> "ModelShape":
+        """From a profile or shapes.csv row (profile columns: n_layers, hidden_size, ...; an fp32 table has no
+        head_dtype_bytes)."""
+        head = getattr(row, "head_dtype_bytes", None)
+        return cls(int(row.n_layers), int(row.hidden_size), int(row.intermediate_size), int(row.vocab_size),
+                   _bytes_per_weight(row.dtype_bytes), int(row.kv_dim),
+                   None if head is None or pd.isna(head) else float(head))
 
     @classmethod
     def from_config(cls, config, dtype_bytes: int = 4) -> "ModelShape":
@@ -59,8 +69,8 @@ class ModelShape:
         return self.layer_params * self.dtype_bytes
 
     @property
-    def head_bytes(self) -> int:
-        return self.vocab * self.hidden * self.dtype_bytes
+    def head_bytes(self) -> float:
+        return self.vocab * self.hidden * (self.dtype_bytes if self.head_dtype_bytes is None else self.head_dtype_bytes)
 
     @property
     def step_bytes(self) -> int:
@@ -71,8 +81,13 @@ class ModelShape:
 def profiled_shapes(profiles: pd.DataFrame) -> dict[str, ModelShape]:
     """The shape of every model in profile tables (profiling.profile_model), by model name."""
     first = profiles.groupby("model").first()
-    return {name: ModelShape(int(r.n_layers), int(r.hidden_size), int(r.intermediate_size), int(r.vocab_size),
-                             int(r.dtype_bytes), int(r.kv_dim)) for name, r in first.iterrows()}
+    return {name: ModelShape.from_row(r) for name, r in zip(first.index, first.itertuples(index=False))}
+
+
+def _bytes_per_weight(value) -> float:
+    """An fp32/bf16 table's whole bytes stay an int (4, 2); a GGUF model's mean is a fraction."""
+    value = float(value)
+    return int(value) if value.is_integer() else value
 
 
 # The seed's pair (and this project's Coder variants: same shapes). Untied LM heads as loaded here.

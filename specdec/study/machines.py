@@ -75,9 +75,7 @@ class MachineFit:
         # c measured in decode runs (the study's, then the sweep's) before the fit's own table (c predicted for every
         # configured draft, c measured as profiled forwards): per draft and column, the first value there is.
         drafts = [_draft_c_table(directory / name) for name in DRAFT_C_FILES if (directory / name).exists()]
-        shapes = {r.model: ModelShape(int(r.n_layers), int(r.hidden_size), int(r.intermediate_size),
-                                      int(r.vocab_size), int(r.dtype_bytes), int(r.kv_dim))
-                  for r in pd.read_csv(directory / "shapes.csv").itertuples()}
+        shapes = {r.model: ModelShape.from_row(r) for r in pd.read_csv(directory / "shapes.csv").itertuples()}
         shape = shapes.get(target) or max(shapes.values(), key=lambda s: s.step_bytes)
         return cls(directory.parent.name, directory.name, pd.read_csv(directory / "costmodel_terms.csv"),
                    json.loads(bandwidth.read_text())["bytes_per_second"] if bandwidth.exists() else None, shape,

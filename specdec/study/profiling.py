@@ -17,10 +17,14 @@ from typing import Sequence
 import pandas as pd
 import torch
 
+from .costmodel import ModelShape
 from .interleave import run_in_rotation
 
 PROFILE_COLUMNS = ["model", "component", "layer", "m", "repeat", "seconds", "param_bytes", "n_layers", "hidden_size",
                    "intermediate_size", "vocab_size", "dtype_bytes", "kv_dim", "context_length"]
+# A GGUF model's profile adds the head's bytes per weight (its type differs from the layers'; dtype_bytes is then the
+# layers' mean bytes per weight).
+LEAN_PROFILE_COLUMNS = [*PROFILE_COLUMNS, "head_dtype_bytes"]
 
 
 def param_bytes(module: torch.nn.Module) -> int:
@@ -121,7 +125,55 @@ class _ProfileSession:
     def table(self, name: str) -> pd.DataFrame:
         table = pd.DataFrame(self.rows).assign(**self.shape, context_length=self.context_length, model=name)
         table["layer"] = table["layer"].astype("Int64")
-        return table[PROFILE_COLUMNS].sort_values(["m", "repeat"], kind="stable").reset_index(drop=True)
+        columns = LEAN_PROFILE_COLUMNS if "head_dtype_bytes" in table else PROFILE_COLUMNS
+        return table[columns].sort_values(["m", "repeat"], kind="stable").reset_index(drop=True)
+
+
+class _LeanProfileSession(_ProfileSession):
+    """The same for a lean session over a GGUF file (specdec.lean.LeanLM, the gguf regime): its cache filled to
+    `context_length` tokens; each layer's time is measured inside the fused native call (or around each layer of
+    the Python forward), the embedding, final norm and head around their calls (LeanLM.timed_extend). Bytes are the
+    file's own: each layer's tensors in their types; dtype_bytes is the layers' mean bytes per weight and
+    head_dtype_bytes the head's."""
+
+    def __init__(self, session, context_length: int, positions: Sequence[int], seed: int):
+        self.model, self.context_length, self.positions = session, context_length, list(positions)
+        model, c = session.model, session.config
+        layers = len(session.layers)
+        layer_bytes = [model.layer_bytes(i) for i in range(layers)]
+        self.shape = {"n_layers": layers, "hidden_size": c.hidden, "intermediate_size": c.ffn,
+                      "vocab_size": c.vocab_size, "kv_dim": c.kv_heads * c.head_dim}
+        shape = ModelShape(layers, c.hidden, c.ffn, c.vocab_size, 1, self.shape["kv_dim"])
+        self.shape["dtype_bytes"] = statistics.mean(layer_bytes) / shape.layer_params
+        self.shape["head_dtype_bytes"] = model.head_bytes() / shape.head_bytes
+        self.sizes = {("embedding", None): model.embedding.nbytes, ("norm", None): model.output_norm.numel() * 4,
+                      ("lm_head", None): model.head_bytes(), ("forward", None): session.step_bytes(),
+                      **{("layer", i): size for i, size in enumerate(layer_bytes)}}
+        if session.max_length < context_length + max(positions):
+            raise ValueError(f"the session's cache holds {session.max_length} positions: profiling needs "
+                             f"{context_length + max(positions)} (context_length + the largest m)")
+        generator = torch.Generator().manual_seed(seed)
+        self.tokens = torch.randint(0, c.vocab_size, (context_length + max(positions),), generator=generator).tolist()
+        session.reset()
+        session.extend(self.tokens[:context_length], 1)
+        self.rows = []
+
+    def _timed(self, m: int) -> dict:
+        start = time.perf_counter()
+        _, parts = self.model.timed_extend(self.tokens[self.context_length:self.context_length + m], m)
+        whole = time.perf_counter() - start
+        self.model.crop(self.context_length)
+        return {("embedding", None): parts["embedding"], ("norm", None): parts["norm"],
+                ("lm_head", None): parts["lm_head"], ("forward", None): whole,
+                **{("layer", i): seconds for i, seconds in enumerate(parts["layers"])}}
+
+    def close(self):
+        pass
+
+
+def _session_for(model, context_length: int, positions: Sequence[int], seed: int) -> _ProfileSession:
+    lean = hasattr(model, "timed_extend")  # a LeanLM (imported lazily: the bandwidth stage needs none of it)
+    return (_LeanProfileSession if lean else _ProfileSession)(model, context_length, positions, seed)
 
 
 @torch.inference_mode()
@@ -138,7 +190,7 @@ def profile_models(models: dict, context_length: int = 128, positions: Sequence[
     sessions: dict[str, _ProfileSession] = {}
     try:
         for name, model in models.items():
-            sessions[name] = _ProfileSession(model, context_length, positions, seed)
+            sessions[name] = _session_for(model, context_length, positions, seed)
         names = list(sessions)
         for _ in range(warmup):
             for name in names:

@@ -50,11 +50,13 @@ LOG = "logs" if R == "results" else f"logs/{R}"
 # to be scheduled in the gguf regime (fp32_only).
 WEIGHTS = RUNTIME["weights"]
 GGUF = WEIGHTS == "gguf"
+# In the gguf regime the machine's profiles and fit run (`machine`: each GGUF file's lean session, profiling
+# LeanLM's components), the cost model's audit of the study's decode runs does not yet: the default target leaves
+# the cost model out (COSTMODEL_IN_STUDY).
+COSTMODEL_IN_STUDY = bool(PROFILING) and not GGUF
 if GGUF and PROFILING:
-    # layered over config.yaml it stays set (a layer cannot unset it), so the default target leaves it out
-    print("specdec: runtime.weights gguf: profiling / the cost model do not run in this regime yet; the study's "
-          "default target leaves them out", file=sys.stderr)
-    PROFILING = {}
+    print("specdec: runtime.weights gguf: the machine's profiles and fit run (`machine`); the cost model's audit of "
+          "the decode runs does not run in this regime yet (the default target leaves it out)", file=sys.stderr)
 BENCH = "benchmarks" if R == "results" else f"benchmarks/{R}"
 
 
@@ -203,7 +205,14 @@ def distribution_drafts():
     """Drafts the distribution check runs on: distribution_check.drafts, else every studied draft built on a model
     of `models` (truncated and distilled ones may be named)."""
     named = (DISTRIBUTION or {}).get("drafts")
-    return named if named is not None else [d for d in config["drafts"] if draft_kind(d).model == "named"]
+    drafts = named if named is not None else [d for d in config["drafts"] if draft_kind(d).model == "named"]
+    heads = [d for d in drafts if draft_kind(d).load is not None]
+    if heads:
+        raise WorkflowError(f"distribution_check.drafts {heads}: the distribution check does not run a draft with a "
+                            "model of its own kind (a feature head) yet: its exact laws and its samples run the draft "
+                            "as a session over token prefixes, and a head reads the target's features instead (its "
+                            "exactness is tested on tiny models: tests/test_feature_head.py)")
+    return drafts
 
 
 def distribution_files():
@@ -234,6 +243,19 @@ MACHINE_DIR = f"{MACHINES}/{MACHINE}/{'gguf' if GGUF else RUNTIME['linear_kernel
 
 def profile_files(drafts):
     return [f"{MACHINE_DIR}/profiles/{name}.csv" for name in profiled_models(drafts)]
+
+
+def profiled_source(name):
+    """(the weights a profiled model loads, how many of its first layers run (None: all)): its prepared model
+    directory, or in the gguf regime its GGUF file (a truncated cut: its model's file, cut at load)."""
+    if not GGUF:
+        return model_dir(name), None
+    if name in config["models"]:
+        return gguf_file(name), None
+    source = gguf_draft_source(name, draft_spec(name))
+    if not source:
+        raise WorkflowError(f"{name!r} runs no GGUF file: it has no profile in the gguf regime")
+    return gguf_file(source[0]), source[1]
 
 
 # Kernel tables are keyed by the native kernels' build (a hash of their sources and compile flags): an edited or
@@ -297,9 +319,21 @@ def machine_fit_files():
 
 def machine_fit_drafts():
     """Every draft the config names (the study's, the sweep's, every draft kind, every model but the target): the
-    machine's fit prices each of them that its profiles can (machine_fit)."""
+    machine's fit prices each of them that its profiles can (machine_fit); in the gguf regime, those that run there
+    (no bf16 copy, no weights of their own but a feature head's)."""
     models = [m for m in config["models"] if m != config["target"]]
-    return list(dict.fromkeys([*config["drafts"], *sweep_drafts(), *config.get("draft_kinds", {}), *models]))
+    names = list(dict.fromkeys([*config["drafts"], *sweep_drafts(), *config.get("draft_kinds", {}), *models]))
+    return [name for name in names if runs_in_regime(name)]
+
+
+def runs_in_regime(name):
+    if not GGUF:
+        return True
+    try:
+        gguf_draft_source(name, draft_spec(name))
+    except DraftSpecError:
+        return False
+    return True
 
 
 # --- draft sweep -------------------------------------------------------------------------------------------------

@@ -46,20 +46,21 @@ FIT_MODELS = profiled_models(config["drafts"])
 
 rule profile_fit_models:
     input:
-        unpack(fp32_only("profile_fit_models (the cost model's per-layer profiles)")),
-        models=[model_dir(name) for name in FIT_MODELS],
+        # prepared model directories, or in the gguf regime GGUF files (each read once: a cut shares its file)
+        models=[profiled_source(name)[0] for name in FIT_MODELS],
         kernels=[kernel_table(name, RUNTIME["dtype"]) for name in FIT_MODELS]
-        if RUNTIME["linear_kernel"] in TIMED_KERNELS else [],
+        if RUNTIME["linear_kernel"] in TIMED_KERNELS and not GGUF else [],
     output:
         profile_files(config["drafts"]),
     params:
         names=FIT_MODELS,
+        layers=[profiled_source(name)[1] for name in FIT_MODELS],
         profiling=PROFILING,
         positions=list(range(1, max(DECODING["k"]) + 2)),
         runtime=RUNTIME,
     threads: THREADS
     resources:
-        mem_mb=10000 * len(FIT_MODELS),
+        mem_mb=(3000 if GGUF else 10000) * len(FIT_MODELS),
         gpu=1 if RUNTIME["device"] == "cuda" else 0,
     conda:
         SPECDEC_ENV
@@ -73,12 +74,12 @@ rule profile_fit_models:
 
 rule profile_model:
     input:
-        unpack(fp32_only("profile_model (the cost model's per-layer profiles)")),
         unpack(profiled_kernel_input),
-        models=model_dir("{profiled}"),
+        models=lambda wildcards: profiled_source(wildcards.profiled)[0],
     output:
         f"{MACHINE_DIR}/profiles/{{profiled}}.csv",
     params:
+        layers=lambda wildcards: [profiled_source(wildcards.profiled)[1]],
         profiling=PROFILING,
         positions=list(range(1, max(DECODING["k"]) + 2)),
         runtime=RUNTIME,

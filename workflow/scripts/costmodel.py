@@ -9,6 +9,7 @@ from specdec.study.interrupt import stops_politely  # first: Ctrl-C during the i
 
 import json
 import logging
+from dataclasses import replace
 import matplotlib
 
 matplotlib.use("Agg")
@@ -45,11 +46,9 @@ def candidate_shapes(target: ModelShape, drafts: dict[str, ModelShape]) -> dict[
     candidates = dict(drafts)
     for name, shape in drafts.items():
         for layers in sorted({shape.n_layers // 2, shape.n_layers // 4} - {0}):
-            candidates[f"{name} cut to {layers} layers"] = ModelShape(layers, shape.hidden, shape.intermediate,
-                                                                      shape.vocab, shape.dtype_bytes, shape.kv_dim)
+            candidates[f"{name} cut to {layers} layers"] = replace(shape, n_layers=layers)
     for layers in [n for n in (4, 8) if n < target.n_layers] or [max(target.n_layers // 2, 1)]:
-        candidates[f"target's first {layers} layers"] = ModelShape(layers, target.hidden, target.intermediate,
-                                                                   target.vocab, target.dtype_bytes, target.kv_dim)
+        candidates[f"target's first {layers} layers"] = replace(target, n_layers=layers)
     return candidates
 
 

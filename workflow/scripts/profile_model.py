@@ -1,6 +1,7 @@
-"""Snakemake script: per-component timings of prepared models, m = 1 .. max(k) + 1 -> one CSV per model (kept per
-machine). One model (profile_model, wildcard `profiled`) or the fit's models together, interleaved repeat by repeat
-(profile_fit_models, params.names), so that the machine's drift lands on every model alike."""
+"""Snakemake script: per-component timings of prepared models (or, in the gguf regime, of lean sessions over GGUF
+files), m = 1 .. max(k) + 1 -> one CSV per model (kept per machine). One model (profile_model, wildcard `profiled`)
+or the fit's models together, interleaved repeat by repeat (profile_fit_models, params.names), so that the
+machine's drift lands on every model alike."""
 
 from specdec.study.interrupt import stops_politely  # first: Ctrl-C during the imports below is polite too
 
@@ -8,6 +9,10 @@ from specdec.study.interrupt import stops_politely  # first: Ctrl-C during the i
 
 import logging
 
+import torch
+
+from specdec.gguf_model import read_gguf
+from specdec.lean import LeanLM
 from specdec.loading import Runtime, load_for_decoding
 from specdec.study.jobs import read_backend_tables
 from specdec.study.io import write_csv
@@ -22,19 +27,32 @@ def as_list(value) -> list:
     return [value] if isinstance(value, str) else list(value or [])
 
 
+def gguf_sessions(names, paths, layers, runtime: Runtime, max_length: int) -> dict:
+    """A LeanLM session per profiled name (the gguf regime), each file read once: a cut shares its model's weights."""
+    if runtime.threads:
+        torch.set_num_threads(runtime.threads)
+    files = {path: read_gguf(path) for path in dict.fromkeys(paths)}
+    return {name: LeanLM(files[path], max_length=max_length, layers=n)
+            for name, path, n in zip(names, paths, layers, strict=True)}
+
+
 def main(snakemake):
     with log_to(snakemake.log[0]):
         settings, inputs = snakemake.params.profiling, snakemake.input
         names = list(snakemake.params.get("names") or [snakemake.wildcards.profiled])
         kernels = as_list(inputs.get("kernels")) or [None] * len(names)  # none unless runtime.linear_kernel is auto
         runtime = Runtime(**snakemake.params.runtime)  # not snakemake.threads: capped at --cores
-        # as the study runs them (dtype, linear kernel)
-        models = {name: load_for_decoding(directory, runtime, read_backend_tables(table))[0]
-                  for name, directory, table in zip(names, as_list(inputs.models), kernels, strict=True)}
         positions = [int(m) for m in snakemake.params.positions]
+        context_length = int(settings.get("context_length", 256))
+        if runtime.weights == "gguf":  # lean sessions over the files, a cut over its model's file
+            models = gguf_sessions(names, as_list(inputs.models), list(snakemake.params.layers), runtime,
+                                   context_length + max(positions))
+        else:  # as the study runs them (dtype, linear kernel)
+            models = {name: load_for_decoding(directory, runtime, read_backend_tables(table))[0]
+                      for name, directory, table in zip(names, as_list(inputs.models), kernels, strict=True)}
         log.info("profiling %s interleaved: m in %s, context %s, %s repeats, runtime %s", names, positions,
                  settings.get("context_length", 256), settings.get("repeats", 10), runtime)
-        tables = profile_models(models, context_length=int(settings.get("context_length", 256)), positions=positions,
+        tables = profile_models(models, context_length=context_length, positions=positions,
                                 repeats=int(settings.get("repeats", 10)), warmup=int(settings.get("warmup", 1)))
         for (name, table), path in zip(tables.items(), snakemake.output, strict=True):
             forward = table[table["component"] == "forward"].groupby("m")["seconds"].median()
