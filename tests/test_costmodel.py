@@ -385,6 +385,23 @@ def test_drafts_table_shapes_by_kind_and_dtype():
     assert best.loc[0, "draft"] == "bf16" and best.loc[0, "run"] == "sweep" and best.loc[0, "n_prompts"] == 2
 
 
+def test_a_feature_head_is_priced_as_one_target_layer_with_its_fc_and_its_drafting_rows():
+    target = QWEN25_1_5B
+    specs = {"head": {"kind": "feature_head", "vocab": 8192, "dtype": "bfloat16"},
+             "head-hybrid": {"kind": "feature_head", "head": "head", "lookup": True},
+             "whole": {"kind": "feature_head"}}
+    shapes = draft_shapes(specs, {"t": target}, "t")
+    head = shapes["head"]
+    h = target.hidden
+    assert head.n_layers == 1 and head.vocab == 8192 and head.dtype_bytes == 2
+    assert head.layer_params == ModelShape(1, h, target.intermediate, 8192, 2, target.kv_dim).layer_params + 2 * h * h
+    assert head.step_bytes == pytest.approx((head.layer_params + 8192 * h) * 2)
+    assert shapes["head-hybrid"] == head  # its base's vocabulary and dtype
+    assert shapes["whole"].vocab == target.vocab and shapes["whole"].dtype_bytes == 4
+    # the head's depth ratio is 1 / 28, its bytes a small share of the target's
+    assert head.step_bytes / target.step_bytes < 0.05
+
+
 def test_roofline_by_hand():
     steps, _ = hand_steps()
     profiles = hand_profiles().assign(param_bytes=1000)

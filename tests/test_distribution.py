@@ -21,12 +21,14 @@ from scipy.optimize import brentq
 from specdec import quant, sampling
 from specdec.decode import generate_speculative
 from specdec.drafts import hybrid as hybrid_draft
+from specdec.drafts.feature_head import FeatureHeadDraft, untrained_head
 from specdec.gguf_model import read_gguf
 from specdec.lean import LeanLM
 from specdec.lm import PrefixMemoLM
 from specdec.sampling import SamplingConfig, speculative_step, warp_logits
 from specdec.study.analysis import judge_distribution_checks
 from specdec.study.distribution import (
+    MemoisedHeadDraft,
     EXACT,
     SAMPLERS,
     DistributionSettings,
@@ -312,7 +314,12 @@ DRAFT_SPECS = {
     "hybrid": {"kind": "hybrid", "model": "d", "ngram_max": 2},
     "hybrid-adaptive": {"kind": "hybrid", "model": "d", "ngram_max": 2, "min_confidence": 0.4},
     "lookup": {"kind": "prompt_lookup"},
+    # a feature head (its q depends on where its block began: laws and samples by block state, MemoisedHeadDraft)
+    # drafting 11 of the 16 tokens, alone and behind prompt lookup
+    "head": {"kind": "feature_head"},
+    "head-hybrid": {"kind": "feature_head", "lookup": True, "ngram_max": 2},
 }
+HEAD_VOCAB = [0, 1, 2, 3, 4, 7, 9, 10, 12, 13, 15]
 
 
 def _law_models(noise=0.3):
@@ -333,6 +340,8 @@ def _law_models(noise=0.3):
 def _law_pair(spec_name, length=3, noise=0.3):
     target, draft, prompt, eos = _law_models(noise)
     spec = DRAFT_SPECS[spec_name]
+    if spec["kind"] == "feature_head":
+        draft = untrained_head(target, HEAD_VOCAB, seed=8)
     pair = MemoisedPair(target, None if spec["kind"] == "prompt_lookup" else draft, prompt, LAW_SAMPLING, length,
                         draft_spec=spec)
     assert pair.target.eos_token_ids == {eos}
@@ -406,6 +415,47 @@ def test_the_hybrid_law_and_the_hybrid_draft_follow_the_engines_policy(monkeypat
 MC_SAMPLES = 4_000
 
 
+def test_the_memoised_head_proposes_what_the_head_proposes():
+    """The check's head (logits by block state from a fresh cache, memoised) draws the same tokens from the same q
+    as the proposer the decode jobs run, from the same state and seed; on the reduced vocabulary of the samples it
+    draws the same tokens (as reduced ids) from the same q restricted."""
+    pair, (target, _, _, eos) = _law_pair("head"), _law_models()
+    context = list(pair.prompt) + [3, 9]
+    real = FeatureHeadDraft(untrained_head(target, HEAD_VOCAB, seed=8), target, eos_token_ids=[eos])
+    real.prefill(context[:-1])
+    expected = real.propose(context, 3, LAW_SAMPLING, torch.Generator().manual_seed(4))
+    memo = MemoisedHeadDraft(pair.heads.head)  # every state computed (no compared depth)
+    got = memo.propose(context, 3, LAW_SAMPLING, torch.Generator().manual_seed(4))
+    assert got.tokens == expected.tokens
+    torch.testing.assert_close(got.q, expected.q, rtol=0, atol=1e-6)
+    off = next(t for t in range(LAW_VOCAB) if t not in HEAD_VOCAB and t not in context)  # never drafted
+    kept = sorted(set(range(LAW_VOCAB)) - {off})
+    reduced = memo.restricted(kept).propose([kept.index(t) for t in context], 3, LAW_SAMPLING,
+                                            torch.Generator().manual_seed(4))
+    assert [kept[t] for t in reduced.tokens] == expected.tokens
+    torch.testing.assert_close(reduced.q, expected.q[:, kept], rtol=0, atol=1e-6)
+    # the check's head (3 compared tokens): this block starts at generated token 2, so only its first draft token is
+    # compared; the later ones are drawn from the first block's state (prompt and first generated token)
+    cut = pair.heads.propose(context, 3, LAW_SAMPLING, torch.Generator().manual_seed(4))
+    assert cut.tokens[0] == expected.tokens[0]
+    first_block = warp_logits(memo.scores(tuple(pair.prompt) + (3,), ()), LAW_SAMPLING)
+    assert len(cut.q) > 1 and all(torch.equal(row, first_block) for row in cut.q[1:])
+
+
+@pytest.mark.parametrize("spec_name", ["head", "head-hybrid"])
+def test_a_feature_heads_samples_fit_the_target_law_and_a_wrong_sampler_is_rejected(spec_name):
+    """The check runs a feature head: samples through the real loop with the exact rule fit the target's law; the
+    same number with a wrong rule are rejected (the laws say how far apart: the test can fail)."""
+    pair = _law_pair(spec_name)
+    fit = chi_square_gof(pair.samples(2, MC_SAMPLES, seed=3), pair.exact)
+    wrong_name = STUDY_WRONG_SAMPLERS[1].name  # every draft token accepted: an untrained head is often wrong
+    wrong = chi_square_gof(pair.samples(2, MC_SAMPLES, seed=3, rejection_rule=SAMPLERS[wrong_name]), pair.exact)
+    print(f"{spec_name}: exact chi2 {fit.chi2:.1f}/{fit.dof} p {fit.p_value:.3f}; {wrong_name} p {wrong.p_value:.3g} "
+          f"(TV {total_variation(pair.laws(2).by_sampler[wrong_name], pair.exact):.3f})")
+    assert fit.impossible == 0 and fit.p_value > LAW_THRESHOLD
+    assert wrong.p_value < LAW_THRESHOLD
+
+
 @pytest.mark.parametrize("sampler", [s.name for s in STUDY_WRONG_SAMPLERS])
 def test_wrong_sampler_law_matches_the_wrong_sampler(sampler):
     """Samples of the wrong sampler through the real loop (adaptive model draft, k = 2: blocks of 2, then of 1 as
@@ -425,7 +475,7 @@ def test_wrong_sampler_law_matches_the_wrong_sampler(sampler):
 
 @pytest.mark.slow  # the model draft's in the full suite; the hybrid's and lookup's in the extended runs
 @pytest.mark.parametrize("spec_name", [pytest.param("hybrid", marks=pytest.mark.extended),
-                                       pytest.param("lookup", marks=pytest.mark.extended), "model"])
+                                       pytest.param("lookup", marks=pytest.mark.extended), "model", "head"])
 def test_wrong_sampler_laws_match_the_loop_for_every_proposer(spec_name):
     pair = _law_pair(spec_name)
     for k in (1, 3):

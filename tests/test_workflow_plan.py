@@ -80,12 +80,14 @@ def test_timed_jobs_take_their_torch_threads_from_runtime_threads():
 
 
 @pytest.mark.slow
-def test_a_distribution_check_of_a_feature_head_is_refused_by_name_before_any_plan(tmp_path):
-    layer = tmp_path / "head-check.yaml"
-    layer.write_text(yaml.safe_dump({"distribution_check": {"drafts": ["coder-head"]}}))
-    result = subprocess.run([sys.executable, "-m", "snakemake", "--dry-run", "--nolock", "--cores", "1",
-                             "--configfile", "config/feature-head.yaml", str(layer)], cwd=REPO, capture_output=True,
-                            text=True, timeout=600)
-    output = result.stdout + result.stderr
-    assert result.returncode != 0 and "distribution_check.drafts ['coder-head']" in output, output[-3000:]
-    assert "feature head" in output and "Job stats" not in output
+def test_the_distribution_check_of_a_feature_head_reads_its_trained_head(tmp_path):
+    """config/feature-head.yaml's distribution layer: every (draft, domain) job of the heads loads the trained head
+    directory and the target (the check memoises a head by block state: MemoisedHeadDraft)."""
+    result = dry_run("--cores", "2", "--configfile", "config/feature-head.yaml", "--config",
+                     "results_dir=results/feature-head", "--", "results/feature-head/tables/distribution.csv")
+    lines = result.stdout.splitlines()
+    inputs = [next(line for line in lines[i:] if line.strip().startswith("input:"))
+              for i, line in enumerate(lines) if line.startswith("rule verify_distribution:")]
+    assert len(inputs) == 8  # coder-head and its lookup hybrid, four domains
+    assert all("resources/models/coder-head," in line and "resources/models/qwen2.5-coder-1.5b-instruct" in line
+               for line in inputs)

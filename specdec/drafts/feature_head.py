@@ -86,6 +86,17 @@ class HeadCache:
             self.keys, self.values = self.keys[:, :length], self.values[:, :length]
 
 
+@dataclass(frozen=True)
+class BlockState:
+    """Where a block's drafting stands: the head's cache, the predicted feature of its last position, the logits of
+    the next draft token over the drafting vocabulary, and the position the next token takes."""
+
+    cache: HeadCache
+    predicted: torch.Tensor
+    logits: torch.Tensor
+    position: int
+
+
 def _rotary(positions: torch.Tensor, inv_freq: torch.Tensor, dtype: torch.dtype):
     angles = positions.float()[:, None] * inv_freq
     emb = torch.cat([angles, angles], dim=-1)
@@ -318,18 +329,11 @@ class FeatureHeadDraft:
         q_rows = []
         for i in range(k):
             start = time.perf_counter()
-            positions = torch.arange(first, first + len(tokens))
-            embeddings = self.parts.embed(tokens).to(features.dtype)
-            hidden = self.head(features[None], embeddings[None], positions, self._cache)[0, -1]
-            predicted = self.parts.norm(hidden).to(hidden.dtype)  # the predicted feature of the last position fed
-            logits = self._rows(predicted[None])[0].float()
+            predicted, logits = self._step(features, tokens, first, self._cache)
             if sampling.greedy:
                 token = int(self._vocab[torch.argmax(logits)])
             else:
-                full = torch.full((self.vocab_size,), float("-inf"), dtype=logits.dtype)
-                full[self._vocab] = logits
-                probs = warp_logits(full, sampling)
-                token = sample_from(probs, generator)
+                token, probs = self.draw(self.scatter(logits), sampling, generator)
                 q_rows.append(probs)
             elapsed = time.perf_counter() - start
             if i == 0 and proposal.catchup_tokens:
@@ -346,6 +350,50 @@ class FeatureHeadDraft:
             proposal.q = torch.stack(q_rows)
         self._drafted_from = last  # positions past it were fed predicted features
         return proposal
+
+    def _step(self, features: torch.Tensor, tokens: torch.Tensor, first: int, cache: HeadCache):
+        """Feed head positions first.. ([features, tokens]) into `cache`: (the predicted feature of the last one, the
+        logits of the token after it over the drafting vocabulary)."""
+        positions = torch.arange(first, first + len(tokens))
+        embeddings = self.parts.embed(tokens).to(features.dtype)
+        hidden = self.head(features[None], embeddings[None], positions, cache)[0, -1]
+        predicted = self.parts.norm(hidden).to(hidden.dtype)  # the predicted feature of the last position fed
+        return predicted, self._rows(predicted[None])[0].float()
+
+    def scatter(self, logits: torch.Tensor) -> torch.Tensor:
+        """Logits over the drafting vocabulary as scores over the whole vocabulary (-inf off the drafting one)."""
+        full = torch.full((self.vocab_size,), float("-inf"), dtype=logits.dtype)
+        full[self._vocab] = logits
+        return full
+
+    @staticmethod
+    def draw(scores: torch.Tensor, sampling: SamplingConfig, generator: torch.Generator):
+        """Above temperature 0: (the drafted token, the warped distribution it was drawn from), from scores over a
+        vocabulary (the whole one; the distribution check's reduced one: the same finite scores)."""
+        probs = warp_logits(scores, sampling)
+        return sample_from(probs, generator), probs
+
+    @torch.inference_mode()
+    def block_start(self, context: Sequence[int]) -> BlockState:
+        """The head's state at the start of a block from `context` (the target has verified context[:-1]): a fresh
+        cache caught up on the context with the features of the proposer's own target session, and the logits of the
+        first draft token. What a proposal from that context computes (a fresh catch-up equals the loop's cache to
+        ~1e-6: tests/test_feature_head.py); the distribution check memoises these states (its laws and samples)."""
+        context, attached = list(context), self._target
+        self._run_own_target(context[:-1])
+        if attached is not None:
+            self._target = attached  # a loop's session stays the one proposals read
+        cache = HeadCache()
+        features = self._own.hidden_states(0, len(context) - 1).to(self._dtype)
+        predicted, logits = self._step(features, torch.tensor(context[1:]), 1, cache)
+        return BlockState(cache, predicted, logits, len(context))
+
+    @torch.inference_mode()
+    def block_step(self, state: BlockState, token: int) -> BlockState:
+        """The state after drafting `token` from `state` (which is left as it is: the cache grows by a new tensor)."""
+        cache = HeadCache(state.cache.keys, state.cache.values)
+        predicted, logits = self._step(state.predicted[None], torch.tensor([int(token)]), state.position, cache)
+        return BlockState(cache, predicted, logits, state.position + 1)
 
     def rollback(self, valid_length: int) -> None:
         # keep only positions fed with the target's own features (t <= the last context position of the block)

@@ -107,6 +107,8 @@ register(DraftKind(
                                                "(default: a head of its own, trained from its `training`)"},
      **LOOKUP_FIELDS},
     model="own", made_by="train_feature_head", load=_load_feature_head, untrained=_untrained_feature_head,
+    cost=lambda name, spec: DraftCost(dtype=spec.get("dtype"), measured=True, head_layer=True,
+                                      head_vocab=spec.get("vocab")),
     shared_from="head",
     description="one decoder layer over the target's own features and its norm and head (EAGLE-style), trained "
                 "here on the target's answers"))

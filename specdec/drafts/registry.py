@@ -33,6 +33,10 @@ class DraftCost:
     dtype: str | None = None  # its dtype, when not the runtime's
     target_layers: int | None = None  # an early exit: the target's own first n layers
     measured: bool = False  # priced at its measured proposal time per token (no model, or a mix of model and none)
+    # a one-layer head over the target's features (a feature head): the fit prices a step as one target-shaped layer
+    # plus the LM head's rows of its drafting vocabulary (head_vocab; None: the whole vocabulary or its base's)
+    head_layer: bool = False
+    head_vocab: int | None = None
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,8 @@ import torch
 from .. import sampling as engine_sampling  # the module, not its names: see _engine_acceptance
 from ..decode import generate_speculative
 from ..drafts import DraftResources, HybridDraft, ModelDraft, PromptLookupDraft, get_kind
+from ..drafts.base import Proposal
+from ..drafts.feature_head import FeatureHeadDraft
 from ..drafts import hybrid as hybrid_draft  # likewise: the hybrid's policy, looked up at every call
 from ..eos import cut_after_eos
 from ..lm import PrefixMemoLM
@@ -196,6 +198,117 @@ class HybridLaw:
         return self.model.next(context, drafted, budget)
 
 
+class MemoisedHeadDraft:
+    """A feature head's proposer as the check runs it: the head's state per block state (the block's context and
+    what it drafted so far, whole-vocabulary ids), computed once (FeatureHeadDraft.block_start from a fresh cache,
+    then block_step per drafted token) and memoised, as PrefixMemoLM does for a model draft's logits; each token drawn
+    by the head's own code (FeatureHeadDraft.draw) from the warped scores. kept: the reduced vocabulary the samples
+    run on (id i < n stands for kept[i], n + t for token t: SubVocabularySession), None: the whole one. Restricted
+    copies share one memo.
+
+    prompt_length, depth: as PrefixMemoLM's, the states that can change the first `depth` generated tokens are
+    computed; a draft token past them (a block that starts at generated token e drafts its j-th token at e + j) is
+    drawn from the state of the first block (prompt and first generated token), which every sequence has and whose
+    support the laws keep: any distribution does there, since no compared token depends on it."""
+
+    def __init__(self, head: FeatureHeadDraft, kept: Sequence[int] | None = None, memo: dict | None = None, *,
+                 prompt_length: int | None = None, depth: int | None = None):
+        self.head, self.kept = head, None if kept is None else list(kept)
+        self.prompt_length, self.depth = prompt_length, depth
+        self.vocab_size = head.vocab_size if kept is None else len(self.kept)  # the width of its q rows
+        self._memo = {} if memo is None else memo
+        eos = head.eos_token_ids
+        self.eos_token_ids = eos if kept is None else frozenset(i for i, t in enumerate(self.kept) if t in eos)
+        if kept is not None:  # each kept token's row of the drafting vocabulary's logits (-1: never drafted)
+            rows = {int(token): i for i, token in enumerate(head._vocab)}
+            self._rows = torch.tensor([rows.get(token, -1) for token in self.kept])
+
+    def restricted(self, kept: Sequence[int]) -> MemoisedHeadDraft:
+        return MemoisedHeadDraft(self.head, kept, self._memo, prompt_length=self.prompt_length, depth=self.depth)
+
+    def state(self, context: tuple[int, ...], drafted: tuple[int, ...]):
+        if self.depth is not None and len(context) - self.prompt_length + len(drafted) >= self.depth:
+            context, drafted = context[:self.prompt_length + 1], ()  # no compared token depends on it
+        key = (context, drafted)
+        if key not in self._memo:
+            self._memo[key] = self.head.block_start(context) if not drafted else \
+                self.head.block_step(self.state(context, drafted[:-1]), drafted[-1])
+        return self._memo[key]
+
+    def scores(self, context: tuple[int, ...], drafted: tuple[int, ...]) -> torch.Tensor:
+        """Scores of the next draft token over this proposer's vocabulary (-inf off the drafting vocabulary)."""
+        logits = self.state(context, drafted).logits
+        if self.kept is None:
+            return self.head.scatter(logits)
+        return torch.where(self._rows >= 0, logits[self._rows.clamp(min=0)], float("-inf"))
+
+    def prefill(self, prompt: Sequence[int], *, lazy: bool = True) -> float:
+        return 0.0
+
+    def rollback(self, valid_length: int) -> None:
+        pass
+
+    def _whole(self, tokens: Sequence[int]) -> tuple[int, ...]:
+        if self.kept is None:
+            return tuple(int(t) for t in tokens)
+        n = len(self.kept)
+        return tuple(self.kept[t] if t < n else t - n for t in map(int, tokens))
+
+    def propose(self, context: Sequence[int], k: int, sampling: SamplingConfig, generator: torch.Generator
+                ) -> Proposal:
+        if sampling.greedy:
+            raise ValueError("the distribution check runs above temperature 0")
+        context, drafted, tokens, q_rows = self._whole(context), (), [], []
+        for _ in range(k):
+            token, probs = FeatureHeadDraft.draw(self.scores(context, drafted), sampling, generator)
+            tokens.append(token)
+            q_rows.append(probs)
+            drafted += self._whole([token])
+            if token in self.eos_token_ids:
+                break
+        return Proposal(tokens=tokens, q=torch.stack(q_rows))
+
+
+def memoised_heads(proposer, prompt_length: int, depth: int):
+    """The proposer with its feature head (alone, or behind prompt lookup in a hybrid) memoised for the check."""
+    if isinstance(proposer, FeatureHeadDraft):
+        return MemoisedHeadDraft(proposer, prompt_length=prompt_length, depth=depth)
+    if isinstance(proposer, HybridDraft) and isinstance(proposer.model, FeatureHeadDraft):
+        return HybridDraft(proposer.lookup, MemoisedHeadDraft(proposer.model, prompt_length=prompt_length,
+                                                              depth=depth))
+    return proposer
+
+
+def restricted_heads(proposer, kept: Sequence[int]):
+    """memoised_heads' proposer on the reduced vocabulary of the samples (its memo shared)."""
+    if isinstance(proposer, MemoisedHeadDraft):
+        return proposer.restricted(kept)
+    if isinstance(proposer, HybridDraft) and isinstance(proposer.model, MemoisedHeadDraft):
+        head, lookup = proposer.model.restricted(kept), proposer.lookup  # lookup: stateless, its q as wide as kept
+        return HybridDraft(PromptLookupDraft(len(kept), lookup.ngram_max, lookup.ngram_min,
+                                             eos_token_ids=sorted(head.eos_token_ids)), head)
+    return proposer
+
+
+class HeadLaw:
+    """MemoisedHeadDraft: token i + 1 drawn from the warped scores of the block's state after its first i tokens;
+    the block stops at the budget or after an EOS."""
+
+    def __init__(self, proposer: MemoisedHeadDraft, sampling: SamplingConfig):
+        if proposer.kept is not None:
+            raise TypeError("the laws are computed on the whole vocabulary")
+        self.proposer, self.sampling = proposer, sampling
+        self._q: dict[tuple, Dist] = {}
+
+    def next(self, context, drafted, budget):
+        if len(drafted) >= budget or (drafted and drafted[-1] in self.proposer.eos_token_ids):
+            return None
+        key = (context, drafted)
+        if key not in self._q:
+            self._q[key] = _sparse(warp_logits(self.proposer.scores(context, drafted), self.sampling))
+        return self._q[key]
+
+
 _DRAFT_LAWS: list[tuple[type, Callable[[Any, SamplingConfig], DraftLaw]]] = []
 
 
@@ -209,6 +322,7 @@ def register_draft_law(proposer_class: type, factory: Callable[[Any, SamplingCon
 register_draft_law(ModelDraft, ModelDraftLaw)
 register_draft_law(PromptLookupDraft, LookupLaw)
 register_draft_law(HybridDraft, HybridLaw)
+register_draft_law(MemoisedHeadDraft, HeadLaw)
 
 
 def draft_law(proposer, sampling: SamplingConfig) -> DraftLaw:
@@ -301,12 +415,20 @@ class MemoisedPair:
         self.target = PrefixMemoLM(target_model, exact_depth=length - 1, prompt_length=len(self.prompt))
         if self.kind.model is not None and draft_model is None:
             raise ValueError(f"a {spec['kind']!r} draft needs its model")
-        self.draft = None if draft_model is None or self.kind.model is None else \
+        # A draft with a model of its own kind (a feature head) reads the target's features: its proposer is built
+        # once over the target as given and its head memoised by block state (MemoisedHeadDraft); a model draft
+        # sits behind a prefix memo of its own.
+        self.heads = None
+        if self.kind.load is not None:
+            self.heads = memoised_heads(self.kind.build(spec, DraftResources(
+                target=target_model, vocab_size=self.target.vocab_size, eos_token_ids=self.target.eos_token_ids,
+                draft_model=lambda: draft_model)), len(self.prompt), length)
+        self.draft = None if draft_model is None or self.kind.model is None or self.heads is not None else \
             PrefixMemoLM(draft_model, eos_token_ids=self.target.eos_token_ids, exact_depth=length - 1,
                          prompt_length=len(self.prompt))
         self.exact = exact_first_tokens(self.target, self.prompt, sampling, length)
         # The proposer over the full-vocabulary memos: what the laws are computed from.
-        self.law = draft_law(self._proposer(self.target, self.draft), sampling)
+        self.law = draft_law(self.heads or self._proposer(self.target, self.draft), sampling)
         self._p: dict[tuple[int, ...], Dist] = {}
         self._laws: dict[int, Laws] = {}
         self._sessions: dict[int, tuple] = {}
@@ -389,6 +511,7 @@ class MemoisedPair:
                 return
             p = visit(current)
             q = self.law.next(self.prompt + start, drafted, budget) if budget > 0 else None
+            kept.update(q or ())  # a head's support depends on its block's start, not on the prefix alone
             if q is None:  # the bonus token after a fully kept block, or a plain target step
                 for token, p_token in p.items():
                     emit(current + (token,), weight * p_token)
@@ -433,7 +556,7 @@ class MemoisedPair:
         if isinstance(rejection_rule, Sampler):
             rejection_rule = rejection_rule.step
         target, draft, input_ids, kept = self._sampling_sessions(k)
-        proposer = self._proposer(target, draft)
+        proposer = restricted_heads(self.heads, kept) if self.heads is not None else self._proposer(target, draft)
         max_new_tokens = max(self.length, k + 2)
         out = []
         for i in range(n_samples):

@@ -201,9 +201,21 @@ def draft_shapes(draft_specs: dict[str, dict], profile_shapes: dict, target: str
                 shapes[name] = replace(shapes[name], dtype_bytes=DTYPE_BYTES[cost.dtype])
         elif cost.target_layers:
             shapes[name] = replace(profile_shapes[target], n_layers=cost.target_layers)
+        elif cost.head_layer:
+            shapes[name] = head_shape(profile_shapes[target], cost, draft_specs.get(spec.get("head")) or {})
         else:
             shapes[name] = None
     return shapes
+
+
+def head_shape(target, cost, base_spec: dict):
+    """What a feature head's step reads: one layer shaped like the target's, its fc (2 hidden x hidden: counted as
+    2 hidden / 3 more MLP rows, the same number of weights), and the LM head's rows of its drafting vocabulary (its
+    own `vocab`, or that of the head it drafts with), all in its dtype (default: fp32)."""
+    vocab = cost.head_vocab or base_spec.get("vocab") or target.vocab
+    dtype_bytes = DTYPE_BYTES[cost.dtype or base_spec.get("dtype") or "float32"]
+    return replace(target, n_layers=1, intermediate=target.intermediate + 2 * target.hidden // 3, vocab=int(vocab),
+                   dtype_bytes=dtype_bytes, head_dtype_bytes=None)
 
 
 def drafts_table(costmodel: pd.DataFrame, draft_specs: dict[str, dict], shapes: dict, target_shape,

@@ -6,6 +6,7 @@ import os
 import re
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 from snakemake.exceptions import WorkflowError
 
@@ -205,14 +206,7 @@ def distribution_drafts():
     """Drafts the distribution check runs on: distribution_check.drafts, else every studied draft built on a model
     of `models` (truncated and distilled ones may be named)."""
     named = (DISTRIBUTION or {}).get("drafts")
-    drafts = named if named is not None else [d for d in config["drafts"] if draft_kind(d).model == "named"]
-    heads = [d for d in drafts if draft_kind(d).load is not None]
-    if heads:
-        raise WorkflowError(f"distribution_check.drafts {heads}: the distribution check does not run a draft with a "
-                            "model of its own kind (a feature head) yet: its exact laws and its samples run the draft "
-                            "as a session over token prefixes, and a head reads the target's features instead (its "
-                            "exactness is tested on tiny models: tests/test_feature_head.py)")
-    return drafts
+    return named if named is not None else [d for d in config["drafts"] if draft_kind(d).model == "named"]
 
 
 def distribution_files():
@@ -344,6 +338,20 @@ def sweep_drafts():
 def sweep_setting(draft, key, default):
     """A sweep setting for one draft: its per_draft override, else the sweep's, else `default`."""
     return ((SWEEP.get("per_draft") or {}).get(draft) or {}).get(key) or SWEEP.get(key) or default
+
+
+def sweep_model_files():
+    """The weights the sweep decodes with: the target's and each sweep draft's (model directory, GGUF file, or a
+    feature head's directory), for its provenance."""
+    files = [target_input()]
+    for draft in sweep_drafts():
+        files += list(draft_model_input(SimpleNamespace(draft=draft)).values())
+    return list(dict.fromkeys(files))
+
+
+def sweep_benchmark_files():
+    return list(dict.fromkeys(f"{BENCH}/sweep/greedy/{d}/{dom}/seed0.tsv" for d in sweep_drafts()
+                              for dom in sweep_setting(d, "domains", list(config["domains"]))))
 
 
 def sweep_run_files(name):

@@ -31,9 +31,15 @@ rule sweep_cells:
     input:
         steps=sweep_run_files("steps.parquet"),
         sequences=sweep_run_files("sequences.parquet"),
+        models=sweep_model_files(),
+        benchmarks=sweep_benchmark_files(),
     output:
         csv=f"{R}/tables/sweep_cells.csv",
         md=f"{R}/tables/sweep_cells.md",
+        provenance=f"{R}/tables/sweep_cells.provenance.yaml",
+    params:
+        config=config,
+        threads=THREADS,
     conda:
         SPECDEC_ENV
     log:

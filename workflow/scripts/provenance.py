@@ -5,85 +5,15 @@ from specdec.study.interrupt import stops_politely  # first: Ctrl-C during the i
 
 # isort: split
 
-import collections
-import datetime
-import hashlib
-import json
 import logging
-import os
-from pathlib import Path
 
-import pandas as pd
 import yaml
 
-from specdec.kernel_tables import backend_spans
-from specdec.native_build import kernel_build
-from specdec.study.io import read_backend_tables, write_text
+from specdec.study.io import write_text
 from specdec.study.logs import log_to
-from specdec.study.machine import machine_record, package_versions
+from specdec.study.provenance import provenance
 
 log = logging.getLogger("provenance")
-PACKAGES = ["specdec", "torch", "transformers", "safetensors", "gguf", "accelerate", "snakemake", "pandas",
-            "pyarrow", "scipy", "seaborn", "numpy"]
-
-
-def versions() -> dict:
-    return package_versions(PACKAGES)
-
-
-def job_times(benchmark_files) -> dict:
-    seconds = [float(pd.read_csv(f, sep="\t")["s"].iloc[0]) for f in benchmark_files]
-    mtimes = [os.path.getmtime(f) for f in benchmark_files]
-    first_start = min(m - s for m, s in zip(mtimes, seconds))
-    return {"decode_jobs": len(seconds), "decode_job_seconds_sum": round(sum(seconds), 1),
-            "decode_span_seconds": round(max(mtimes) - first_start, 1),
-            "decode_first_start": datetime.datetime.fromtimestamp(first_start, datetime.UTC).isoformat(),
-            "decode_last_end": datetime.datetime.fromtimestamp(max(mtimes), datetime.UTC).isoformat()}
-
-
-def chosen_backends(kernel_tables) -> dict:
-    """Per model (its kernel table's name) and weight shape, the backend each span of row counts runs on."""
-    return {Path(path).stem: backend_spans(read_backend_tables(path)) for path in kernel_tables}
-
-
-def model_record(path) -> dict:
-    """A prepared model directory's manifest (the keys that identify it), or a GGUF file's identity and types (the
-    gguf regime runs the file itself: its sha256, its layers and the tensor types the quantized kernel ran)."""
-    path = Path(path)
-    if path.suffix != ".gguf":
-        return {k: v for k, v in json.loads((path / "manifest.json").read_text()).items()
-                if k in ("source", "num_hidden_layers", "hidden_size", "vocab_size", "parameter_count", "gguf_sha256",
-                         "safetensors_sha256")}
-    from specdec.gguf_loading import read_header
-    from specdec.lean import product_kernel
-
-    header = read_header(path, string_arrays=())
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 24), b""):
-            digest.update(block)
-    arch = header.architecture
-    return {"source": "gguf", "gguf_bytes": path.stat().st_size, "gguf_sha256": digest.hexdigest(),
-            "architecture": arch, "num_hidden_layers": header.metadata.get(f"{arch}.block_count"),
-            "hidden_size": header.metadata.get(f"{arch}.embedding_length"),
-            "tensor_types": dict(sorted(collections.Counter(t.qtype for t in header.tensors.values()).items())),
-            "product_kernel": product_kernel()}
-
-
-def provenance(config, model_dirs, benchmark_files, threads: int, kernel_tables=()) -> dict:
-    return {
-        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-        "machine": machine_record(threads),
-        "packages": versions(),
-        "models": {Path(d).name.removesuffix(".gguf"): model_record(d) for d in model_dirs},
-        "wall_time": job_times(benchmark_files),
-        # the native kernels' build (hash of their sources and compile flags) the tables were timed on and ran
-        "kernel_build": kernel_build(),
-        # runtime.linear_kernel auto: the backend every product ran on (more rows than timed: weight_major);
-        # invariant: only a bf16 draft's prompt-pass product ("beyond") comes from these tables
-        "linear_backends": chosen_backends(kernel_tables),
-        "config": config,
-    }
 
 
 def main(snakemake):

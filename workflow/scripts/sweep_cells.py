@@ -3,7 +3,8 @@ drafts.csv) -> results/tables/sweep_cells.csv: acceptance, tokens per pass and s
 identity counts, the step costs measured in the runs themselves (c = draft step / target step, the verify pass
 over k + 1 positions in target steps), and the speedup those costs give after the prompt pass: decode tokens per
 pass / (a block's drafting, catch-up and verify, in target steps) — where it matches the measured speedup, the wall
-clock follows the algorithm."""
+clock follows the algorithm. With them, sweep_cells.provenance.yaml: machine, packages, models, the decode jobs' wall
+times, the native build, the config."""
 
 from specdec.study.interrupt import stops_politely  # first: Ctrl-C during the imports below is polite too
 
@@ -11,10 +12,13 @@ from specdec.study.interrupt import stops_politely  # first: Ctrl-C during the i
 
 import logging
 
+import yaml
+
 from specdec.study.analysis import classify_greedy, greedy_identity_table, study_table, to_markdown
 from specdec.study.costmodel import audited_step_timings
 from specdec.study.io import read_parquets, write_csv, write_text
 from specdec.study.logs import log_to
+from specdec.study.provenance import provenance
 
 log = logging.getLogger("sweep_cells")
 KEYS = ["draft", "domain", "k"]
@@ -37,6 +41,9 @@ def main(snakemake):
         log.info("\n%s", table.to_string(index=False))
         write_csv(table, snakemake.output.csv)
         write_text(to_markdown(table), snakemake.output.md)
+        record = provenance(dict(snakemake.params.config), snakemake.input.models, snakemake.input.benchmarks,
+                            int(snakemake.params.threads))
+        write_text(yaml.safe_dump(record, sort_keys=False), snakemake.output.provenance)
 
 
 if "snakemake" in globals():
