@@ -199,6 +199,10 @@ def test_whole_dag_produces_the_tables_plots_and_provenance(tiny_study):
     assert (cells["verify_cost_ratio"] > 0).all() and (cells["decode_speedup_audited"] > 0).all()
     joined = sweep_cells.set_index(["draft", "k"])
     assert (cells["acceptance"] - joined.loc[cells.index, "acceptance"]).abs().max() < 1e-12
+    # with their provenance: the target's and the sweep drafts' models, one benchmark per (draft, domain) job
+    record = yaml.safe_load((root / "results/tables/sweep_cells.provenance.yaml").read_text())
+    assert {"tiny-target", "tiny-draft0"} <= set(record["models"]) and record["machine"]["threads"] >= 1
+    assert record["wall_time"]["decode_jobs"] == len(cells.reset_index()[["draft", "domain"]].drop_duplicates())
 
 
     steps = pd.read_parquet(root / "results/runs/greedy/tiny-draft0/code/k2/seed0/steps.parquet")
