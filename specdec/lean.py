@@ -171,6 +171,7 @@ class LeanLM(KeepsFeatures):
                          lm_head=time.perf_counter() - head_begin)
         return logits
 
+
 def _layer(w, c, hidden, keys, values, start, end, cos, sin, attend):
     """One decoder layer over the rows of positions start..end-1; writes their keys and values into the cache
     (keys, values: this layer's (1, kv_heads, max_length, head_dim))."""

@@ -9,9 +9,7 @@ from specdec.study.interrupt import stops_politely  # first: Ctrl-C during the i
 
 import logging
 
-import torch
-
-from specdec.gguf_model import read_gguf
+from specdec.gguf_loading import load_gguf_for_decoding
 from specdec.lean import LeanLM
 from specdec.loading import Runtime, load_for_decoding
 from specdec.study.jobs import read_backend_tables
@@ -28,10 +26,10 @@ def as_list(value) -> list:
 
 
 def gguf_sessions(names, paths, layers, runtime: Runtime, max_length: int) -> dict:
-    """A LeanLM session per profiled name (the gguf regime), each file read once: a cut shares its model's weights."""
-    if runtime.threads:
-        torch.set_num_threads(runtime.threads)
-    files = {path: read_gguf(path) for path in dict.fromkeys(paths)}
+    """A LeanLM session per profiled name (the gguf regime), each file loaded once as a decode job loads it (its
+    checks, its threads): a cut shares its model's weights."""
+    files = {path: load_gguf_for_decoding(path, runtime, max_length=max_length, log=log.info)[0].model
+             for path in dict.fromkeys(paths)}
     return {name: LeanLM(files[path], max_length=max_length, layers=n)
             for name, path, n in zip(names, paths, layers, strict=True)}
 
