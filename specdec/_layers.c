@@ -46,7 +46,7 @@ enum {
 typedef struct {
     int64_t hidden, heads, kv_heads, head_dim, ffn, max_length;
     float eps, scale;
-    int threads;
+    int threads, kernel; /* kernel: the product kernel (_quant_kernels.h), one this CPU supports */
     const float *cos, *sin; /* (max_length, head_dim): rotary_tables' cos and signed sin */
 } dims_t;
 
@@ -81,7 +81,7 @@ static int layer(const int64_t *f, const dims_t *c, float *h, int64_t rows, int6
     for (int64_t r = 0, offset = 0; r < f[F_N_QKV]; r++) {
         const int64_t *run = f + F_QKV + 5 * r;
         if (matmul((int)run[0], PTR(run[1]), run[2], x, PTR(run[4]), qkv + offset, qkv_w, run[3], hidden, rows,
-                   c->threads))
+                   c->threads, c->kernel))
             return -1;
         offset += run[3];
     }
@@ -96,20 +96,22 @@ static int layer(const int64_t *f, const dims_t *c, float *h, int64_t rows, int6
     const int64_t per_thread = (end + 7) & ~(int64_t)7;
     attend_f32(rot, hd, (H + Hkv) * hd, keys, c->max_length * hd, hd, values, c->max_length * hd, hd, att, hd, hidden,
                H, Hkv, rows, end, hd, c->scale, c->threads, scratch, per_thread);
-    if (matmul((int)f[F_O], PTR(f[F_O + 1]), f[F_O + 2], att, NULL, tmp, hidden, hidden, hidden, rows, c->threads))
+    if (matmul((int)f[F_O], PTR(f[F_O + 1]), f[F_O + 2], att, NULL, tmp, hidden, hidden, hidden, rows, c->threads,
+               c->kernel))
         return -1;
     add_rows(h, tmp, rows * hidden);
 
     rms_norm(h, PTR(f[F_FFN_NORM]), x, rows, hidden, c->eps);
     for (int64_t r = 0, offset = 0; r < f[F_N_GATE_UP]; r++) {
         const int64_t *run = f + F_GATE_UP + 4 * r;
-        if (matmul((int)run[0], PTR(run[1]), run[2], x, NULL, gu + offset, 2 * ffn, run[3], hidden, rows, c->threads))
+        if (matmul((int)run[0], PTR(run[1]), run[2], x, NULL, gu + offset, 2 * ffn, run[3], hidden, rows, c->threads,
+                   c->kernel))
             return -1;
         offset += run[3];
     }
     silu_mul(gu, gu + ffn, 2 * ffn, act, rows, ffn);
     if (matmul((int)f[F_DOWN], PTR(f[F_DOWN + 1]), f[F_DOWN + 2], act, NULL, tmp, hidden, hidden, ffn, rows,
-               c->threads))
+               c->threads, c->kernel))
         return -1;
     add_rows(h, tmp, rows * hidden);
     return 0;
@@ -171,19 +173,27 @@ static int check_plan(const int64_t *plan, int64_t n_layers, const dims_t *c) {
 }
 
 /* forward(plan, n_layers, n_fields, h, rows, start, hidden, heads, kv_heads, head_dim, ffn, max_length, cos, sin,
- * eps, scale, threads, seconds): run the plan's layers over h (rows x hidden fp32, in place) at positions start..;
+ * eps, scale, threads, seconds, kernel): run the plan's layers over h (rows x hidden fp32, in place) at positions start..;
  * writes their keys and values into each layer's cache. seconds: 0, or n_layers doubles that get each layer's wall
  * time (every thread of a layer's products has joined when it returns). specdec/fused_layers.py checks every tensor
- * first. */
+ * first; kernel: a product kernel's name (_quant_kernels.h). */
 static PyObject *py_forward(PyObject *self, PyObject *args) {
     unsigned long long plan_addr, h_addr, cos_addr, sin_addr, seconds_addr;
     long long n_layers, n_fields, rows, start;
     dims_t c;
     long long hidden, heads, kv_heads, head_dim, ffn, max_length;
-    if (!PyArg_ParseTuple(args, "KLLKLLLLLLLLKKffiK", &plan_addr, &n_layers, &n_fields, &h_addr, &rows, &start,
+    const char *kernel_name;
+    if (!PyArg_ParseTuple(args, "KLLKLLLLLLLLKKffiKs", &plan_addr, &n_layers, &n_fields, &h_addr, &rows, &start,
                           &hidden, &heads, &kv_heads, &head_dim, &ffn, &max_length, &cos_addr, &sin_addr, &c.eps,
-                          &c.scale, &c.threads, &seconds_addr))
+                          &c.scale, &c.threads, &seconds_addr, &kernel_name))
         return NULL;
+    c.kernel = -1;
+    for (int k = 0; k < N_KERNELS; k++)
+        if (!strcmp(kernel_name, KERNEL_NAMES[k])) c.kernel = k;
+    if (c.kernel < 0 || !kernel_supported(c.kernel)) {
+        PyErr_Format(PyExc_ValueError, "%s is not a product kernel this CPU runs", kernel_name);
+        return NULL;
+    }
     if (!specdec_avx2_supported()) {
         PyErr_SetString(PyExc_RuntimeError, "specdec._layers needs an x86 CPU with AVX2, FMA and F16C");
         return NULL;

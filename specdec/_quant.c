@@ -49,15 +49,30 @@ static PyObject *py_dequantize(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
-/* matmul(type, w, row_bytes, x, b or 0, y, N, K, M, threads); specdec/quant.py checks every tensor first. */
+/* The kernel named `name` where this CPU runs it; else -1 with a ValueError naming the ones it does. */
+static int parse_kernel(const char *name) {
+    for (int k = 0; k < N_KERNELS; k++)
+        if (!strcmp(name, KERNEL_NAMES[k])) {
+            if (kernel_supported(k)) return k;
+            PyErr_Format(PyExc_ValueError, "this CPU cannot run the %s product kernel", name);
+            return -1;
+        }
+    PyErr_Format(PyExc_ValueError, "unknown product kernel %s (kernels: avx2, avx512-vnni)", name);
+    return -1;
+}
+
+/* matmul(type, w, row_bytes, x, b or 0, y, N, K, M, threads, kernel); specdec/quant.py checks every tensor first. */
 static PyObject *py_matmul(PyObject *self, PyObject *args) {
-    const char *name;
+    const char *name, *kernel_name;
     unsigned long long w, x, b, y;
     long long stride, N, K, M;
     int threads;
-    if (!PyArg_ParseTuple(args, "sKLKKKLLLi", &name, &w, &stride, &x, &b, &y, &N, &K, &M, &threads)) return NULL;
+    if (!PyArg_ParseTuple(args, "sKLKKKLLLis", &name, &w, &stride, &x, &b, &y, &N, &K, &M, &threads, &kernel_name))
+        return NULL;
     const int type = parse_type(name);
     if (type < 0 || !check_sizes(type, K)) return NULL;
+    const int kernel = parse_kernel(kernel_name);
+    if (kernel < 0) return NULL;
     if (N < 1 || M < 1 || threads < 1 || stride != K / BLOCK_VALUES[type] * BLOCK_BYTES[type]) {
         PyErr_Format(PyExc_ValueError, "bad product sizes: N %lld, M %lld, threads %d, %lld bytes per row", N, M,
                      threads, stride);
@@ -67,7 +82,7 @@ static PyObject *py_matmul(PyObject *self, PyObject *args) {
 #ifdef SPECDEC_X86
     Py_BEGIN_ALLOW_THREADS
     status = matmul(type, (const uint8_t *)(uintptr_t)w, stride, (const float *)(uintptr_t)x,
-                    (const float *)(uintptr_t)b, (float *)(uintptr_t)y, N, N, K, M, threads);
+                    (const float *)(uintptr_t)b, (float *)(uintptr_t)y, N, N, K, M, threads, kernel);
     Py_END_ALLOW_THREADS
 #endif
     if (status) return PyErr_NoMemory();
@@ -76,12 +91,29 @@ static PyObject *py_matmul(PyObject *self, PyObject *args) {
 
 static PyObject *py_supported(PyObject *self, PyObject *args) { return PyBool_FromLong(supported()); }
 
+/* The product kernels this CPU runs, slowest first. */
+static PyObject *py_kernels(PyObject *self, PyObject *args) {
+    PyObject *names = PyList_New(0);
+    for (int k = 0; names && k < N_KERNELS; k++) {
+        if (!kernel_supported(k)) continue;
+        PyObject *name = PyUnicode_FromString(KERNEL_NAMES[k]);
+        if (!name || PyList_Append(names, name)) {
+            Py_XDECREF(name);
+            Py_CLEAR(names);
+        } else {
+            Py_DECREF(name);
+        }
+    }
+    return names;
+}
+
 static PyObject *py_build(PyObject *self, PyObject *args) { return PyUnicode_FromString(SPECDEC_BUILD); }
 
 static PyMethodDef methods[] = {
     {"dequantize", py_dequantize, METH_VARARGS, "Rows of ggml blocks to fp32, as the gguf package computes them."},
     {"matmul", py_matmul, METH_VARARGS, "y = x @ W.T (+ b) for a quantized W; batch-invariant (see the source)."},
     {"supported", py_supported, METH_NOARGS, "Whether this CPU can run the kernels (AVX2, FMA, F16C)."},
+    {"kernels", py_kernels, METH_NOARGS, "The product kernels this CPU runs, slowest first (all give the same bits)."},
     {"build", py_build, METH_NOARGS, "The hash of the source and compile flags this module was built from."},
     {NULL, NULL, 0, NULL},
 };

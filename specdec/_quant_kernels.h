@@ -29,11 +29,29 @@
 #define QK 256   /* values per K-quant block */
 #define Q32 32   /* values per Q5_0 / Q8_0 block, and per activation block for them */
 #define GROUP 4  /* inputs that share each unpacked weight piece */
+/* How far ahead of the row being multiplied its weights are asked for (bench/quant_kernel.py; 1-2 KB measured best
+ * on the Intel Xeon, 512 B-2 KB alike within noise; 4 KB and more slowed the head's product) */
+#define PREFETCH_BYTES 1024
 
 enum qtype { Q4_K, Q6_K, Q5_0, Q8_0, F32, F16, N_TYPES };
 static const char *TYPE_NAMES[N_TYPES] = {"Q4_K", "Q6_K", "Q5_0", "Q8_0", "F32", "F16"};
 static const int BLOCK_VALUES[N_TYPES] = {256, 256, 32, 32, 1, 1};
 static const int BLOCK_BYTES[N_TYPES] = {144, 210, 22, 34, 4, 2};
+
+/* The product kernels, best last: which one runs is the caller's choice among those the CPU supports
+ * (kernel_supported); all give the same bits. */
+enum kernel { KERNEL_AVX2, KERNEL_AVX512_VNNI, N_KERNELS };
+static const char *KERNEL_NAMES[N_KERNELS] = {"avx2", "avx512-vnni"};
+
+static inline int kernel_supported(int kernel) {
+#ifdef SPECDEC_X86
+    if (kernel == KERNEL_AVX2) return specdec_avx2_supported();
+    if (kernel == KERNEL_AVX512_VNNI)
+        return specdec_avx2_supported() && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+               __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni");
+#endif
+    return 0;
+}
 
 /* Activations quantised for the K-quants: one per 256 values. */
 typedef struct {
@@ -327,6 +345,163 @@ TARGET static inline __attribute__((always_inline)) void row_q8_0(const uint8_t 
     for (int i = 0; i < nx; i++) out[i] = hsum8(acc[i]);
 }
 
+/* --- the same products with AVX-512 (BW, VL, VNNI): the same bits --------------------------------------------------
+ * Where the CPU has them, two 32-value pieces share one 512-bit register and each sub-block's scale is applied by
+ * vpdpwssd (multiply the int16 pair sums by the scale and accumulate, one instruction) or vpdpbusd (four u8 x s8
+ * products summed into int32). Every integer sum is exact, and lane l of the 16 int32 lanes holds the products of
+ * bytes 4l..4l+3 (mod 32) of its piece, so folding the upper eight lanes onto the lower eight at the end of a block
+ * gives each of the AVX2 code's eight lanes exactly its integer; the float epilogue (one 8-lane multiply-add per
+ * block, the same horizontal sums) is the AVX2 code's, instruction for instruction. So a row's result is the same
+ * bits on either variant (tests/test_quant.py), and batch invariance holds across them too. */
+#define TARGET512 __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")))
+
+/* vpermw indices: int16 lanes 0-15 take element 2p, lanes 16-31 element 2p + 1 (Q4_K: a piece's two scales, its low
+ * and its high nibbles); and lanes 8j..8j+7 take element 4p + j (Q6_K: the four 16-value scales of two pieces). */
+static const int16_t HALVES[4][32] __attribute__((aligned(64))) = {
+    {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1},
+    {2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3},
+    {4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5},
+    {6, 6, 6, 6, 6, 6, 6, 6, 6, 6, 6, 6, 6, 6, 6, 6, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7}};
+static const int16_t QUARTERS[4][32] __attribute__((aligned(64))) = {
+    {0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3},
+    {4, 4, 4, 4, 4, 4, 4, 4, 5, 5, 5, 5, 5, 5, 5, 5, 6, 6, 6, 6, 6, 6, 6, 6, 7, 7, 7, 7, 7, 7, 7, 7},
+    {8, 8, 8, 8, 8, 8, 8, 8, 9, 9, 9, 9, 9, 9, 9, 9, 10, 10, 10, 10, 10, 10, 10, 10, 11, 11, 11, 11, 11, 11, 11, 11},
+    {12, 12, 12, 12, 12, 12, 12, 12, 13, 13, 13, 13, 13, 13, 13, 13, 14, 14, 14, 14, 14, 14, 14, 14, 15, 15, 15, 15,
+     15, 15, 15, 15}};
+
+/* 16 int32 lanes -> the AVX2 code's 8 (lane l plus lane l + 8: exact). */
+TARGET512 static inline __m256i fold16(__m512i v) {
+    return _mm256_add_epi32(_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64(v, 1));
+}
+
+/* two 32-byte halves as one register */
+TARGET512 static inline __m512i join(__m256i lo, __m256i hi) {
+    return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+}
+
+TARGET512 static inline __attribute__((always_inline)) void row_q4_k_512(const uint8_t *w, const act_k *const *x,
+                                                                         int nx, int64_t K, float *out) {
+    __m256 acc[GROUP];
+    __m128 mins[GROUP];
+    for (int i = 0; i < nx; i++) acc[i] = _mm256_setzero_ps(), mins[i] = _mm_setzero_ps();
+    const __m512i low4 = _mm512_set1_epi8(0x0F);
+    for (int64_t b = 0; b < K / QK; b++, w += 144) {
+        const float d = half(w), dmin = half(w + 2);
+        const __m256i scales_mins = q4k_scales_mins(w + 4);
+        const __m512i scales = _mm512_castsi256_si512(scales_mins);
+        const __m128i min8 = _mm256_extracti128_si256(scales_mins, 1);
+        __m512i sums[GROUP];
+        for (int i = 0; i < nx; i++) sums[i] = _mm512_setzero_si512();
+        for (int p = 0; p < 4; p++) {
+            /* values 64p..64p+31 (low nibbles) then 64p+32..64p+63 (high nibbles): the activations' order */
+            const __m256i bytes = _mm256_loadu_si256((const __m256i *)(w + 16 + 32 * p));
+            const __m512i q = _mm512_and_si512(join(bytes, _mm256_srli_epi16(bytes, 4)), low4);
+            const __m512i scale = _mm512_permutexvar_epi16(_mm512_load_si512(HALVES[p]), scales);
+            for (int i = 0; i < nx; i++) {
+                const __m512i a = _mm512_maddubs_epi16(q, _mm512_loadu_si512(x[i][b].q + 64 * p));
+                sums[i] = _mm512_dpwssd_epi32(sums[i], a, scale);
+            }
+        }
+        for (int i = 0; i < nx; i++) {
+            const act_k *a = &x[i][b];
+            const __m128i sums32 = _mm_hadd_epi16(_mm_loadu_si128((const __m128i *)a->sums),
+                                                  _mm_loadu_si128((const __m128i *)(a->sums + 8)));
+            acc[i] = _mm256_fmadd_ps(_mm256_set1_ps(d * a->d), _mm256_cvtepi32_ps(fold16(sums[i])), acc[i]);
+            mins[i] = _mm_fmadd_ps(_mm_set1_ps(dmin * a->d), _mm_cvtepi32_ps(_mm_madd_epi16(min8, sums32)), mins[i]);
+        }
+    }
+    for (int i = 0; i < nx; i++) {
+        __m128 m = _mm_add_ps(mins[i], _mm_movehl_ps(mins[i], mins[i]));
+        m = _mm_add_ss(m, _mm_movehdup_ps(m));
+        out[i] = hsum8(acc[i]) - _mm_cvtss_f32(m);
+    }
+}
+
+TARGET512 static inline __attribute__((always_inline)) void row_q6_k_512(const uint8_t *w, const act_k *const *x,
+                                                                         int nx, int64_t K, float *out) {
+    __m256 acc[GROUP];
+    for (int i = 0; i < nx; i++) acc[i] = _mm256_setzero_ps();
+    const __m512i low4 = _mm512_set1_epi8(0x0F), two = _mm512_set1_epi8(3);
+    for (int64_t b = 0; b < K / QK; b++, w += 210) {
+        const uint8_t *ql = w, *qh = w + 128;
+        const __m128i scales8 = _mm_loadu_si128((const __m128i *)(w + 192));
+        const float d = half(w + 208);
+        const __m256i scale16 = _mm256_cvtepi8_epi16(scales8);
+        const __m512i scales = _mm512_castsi256_si512(scale16);
+        __m512i sums[GROUP];
+        for (int i = 0; i < nx; i++) sums[i] = _mm512_setzero_si512();
+        for (int h = 0; h < 2; h++) {
+            const __m512i l01 = _mm512_loadu_si512(ql + 64 * h); /* pieces 4h, 4h+1 (low) and 4h+2, 4h+3 (high) */
+            const __m256i hb = _mm256_loadu_si256((const __m256i *)(qh + 32 * h));
+            const __m512i hb01 = join(hb, _mm256_srli_epi16(hb, 2));
+            __m512i pair[2]; /* values 32(4h) .. 32(4h+2)-1, then 32(4h+2) .. 32(4h+4)-1 */
+            pair[0] = _mm512_or_si512(_mm512_and_si512(l01, low4), _mm512_slli_epi16(_mm512_and_si512(hb01, two), 4));
+            pair[1] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(l01, 4), low4),
+                                      _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(hb01, 4), two), 4));
+            for (int s = 0; s < 2; s++) {
+                const int t = 4 * h + 2 * s; /* pieces t and t + 1: scales 2t .. 2t + 3 */
+                const __m512i scale = _mm512_permutexvar_epi16(_mm512_load_si512(QUARTERS[t / 2]), scales);
+                for (int i = 0; i < nx; i++) {
+                    const __m512i p = _mm512_maddubs_epi16(pair[s], _mm512_loadu_si512(x[i][b].q + 32 * t));
+                    sums[i] = _mm512_dpwssd_epi32(sums[i], p, scale);
+                }
+            }
+        }
+        for (int i = 0; i < nx; i++) {
+            const act_k *a = &x[i][b];
+            const __m256i offset = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)a->sums), scale16);
+            const __m256i total = _mm256_sub_epi32(fold16(sums[i]), _mm256_slli_epi32(offset, 5));
+            acc[i] = _mm256_fmadd_ps(_mm256_set1_ps(d * a->d), _mm256_cvtepi32_ps(total), acc[i]);
+        }
+    }
+    for (int i = 0; i < nx; i++) out[i] = hsum8(acc[i]);
+}
+
+/* signed w times signed x, 32 pairs -> 8 int32 lanes in one vpdpbusd (|w| as u8, x with w's sign) */
+TARGET512 static inline __m256i dot_s8_vnni(__m256i w, __m256i x) {
+    return _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_sign_epi8(w, w), _mm256_sign_epi8(x, w));
+}
+
+TARGET512 static inline __attribute__((always_inline)) void row_q5_0_512(const uint8_t *w, const act_32 *const *x,
+                                                                         int nx, int64_t K, float *out) {
+    __m256 acc[GROUP];
+    for (int i = 0; i < nx; i++) acc[i] = _mm256_setzero_ps();
+    const __m256i low4 = _mm256_set1_epi8(0x0F), sixteen = _mm256_set1_epi8(16);
+    const __m256i pick = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3,
+                                          3, 3, 3, 3, 3, 3);
+    const __m256i bit = _mm256_set1_epi64x(0x8040201008040201LL);
+    for (int64_t b = 0; b < K / Q32; b++, w += 22) {
+        const float d = half(w);
+        uint32_t qh;
+        memcpy(&qh, w + 2, 4);
+        const __m128i half16 = _mm_loadu_si128((const __m128i *)(w + 6));
+        const __m256i nib = _mm256_and_si256(
+            _mm256_inserti128_si256(_mm256_castsi128_si256(half16), _mm_srli_epi16(half16, 4), 1), low4);
+        const __m256i bits = _mm256_cmpeq_epi8(_mm256_and_si256(_mm256_shuffle_epi8(_mm256_set1_epi32((int)qh), pick), bit), bit);
+        const __m256i q = _mm256_sub_epi8(_mm256_or_si256(nib, _mm256_and_si256(bits, sixteen)), sixteen);
+        for (int i = 0; i < nx; i++) {
+            const __m256i p = dot_s8_vnni(q, _mm256_loadu_si256((const __m256i *)x[i][b].q));
+            acc[i] = _mm256_fmadd_ps(_mm256_set1_ps(d * x[i][b].d), _mm256_cvtepi32_ps(p), acc[i]);
+        }
+    }
+    for (int i = 0; i < nx; i++) out[i] = hsum8(acc[i]);
+}
+
+TARGET512 static inline __attribute__((always_inline)) void row_q8_0_512(const uint8_t *w, const act_32 *const *x,
+                                                                         int nx, int64_t K, float *out) {
+    __m256 acc[GROUP];
+    for (int i = 0; i < nx; i++) acc[i] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < K / Q32; b++, w += 34) {
+        const float d = half(w);
+        const __m256i q = _mm256_loadu_si256((const __m256i *)(w + 2));
+        for (int i = 0; i < nx; i++) {
+            const __m256i p = dot_s8_vnni(q, _mm256_loadu_si256((const __m256i *)x[i][b].q));
+            acc[i] = _mm256_fmadd_ps(_mm256_set1_ps(d * x[i][b].d), _mm256_cvtepi32_ps(p), acc[i]);
+        }
+    }
+    for (int i = 0; i < nx; i++) out[i] = hsum8(acc[i]);
+}
+
 /* Plain float weights (F32 / F16 matrices are rare in these files): widen and multiply-add, 8 lanes then a sum. */
 TARGET static void row_float(int type, const uint8_t *w, const float *const *x, int nx, int64_t K, float *out) {
     for (int i = 0; i < nx; i++) {
@@ -348,23 +523,30 @@ TARGET static void row_float(int type, const uint8_t *w, const float *const *x, 
 
 /* Each row function compiled for 1, 2, 3 and 4 inputs: with the count a constant the compiler keeps every
  * accumulator in a register and unrolls the input loops (an unknown count left them on the stack: 3x slower). */
-#define SPECIALISE(NAME, ACT)                                                                                        \
-    TARGET static void NAME##_1(const uint8_t *w, const ACT *const *x, int64_t K, float *o) { NAME(w, x, 1, K, o); } \
-    TARGET static void NAME##_2(const uint8_t *w, const ACT *const *x, int64_t K, float *o) { NAME(w, x, 2, K, o); } \
-    TARGET static void NAME##_3(const uint8_t *w, const ACT *const *x, int64_t K, float *o) { NAME(w, x, 3, K, o); } \
-    TARGET static void NAME##_4(const uint8_t *w, const ACT *const *x, int64_t K, float *o) { NAME(w, x, 4, K, o); } \
+#define SPECIALISE(NAME, ACT, ISA)                                                                                \
+    ISA static void NAME##_1(const uint8_t *w, const ACT *const *x, int64_t K, float *o) { NAME(w, x, 1, K, o); } \
+    ISA static void NAME##_2(const uint8_t *w, const ACT *const *x, int64_t K, float *o) { NAME(w, x, 2, K, o); } \
+    ISA static void NAME##_3(const uint8_t *w, const ACT *const *x, int64_t K, float *o) { NAME(w, x, 3, K, o); } \
+    ISA static void NAME##_4(const uint8_t *w, const ACT *const *x, int64_t K, float *o) { NAME(w, x, 4, K, o); } \
     static void (*const NAME##_for[GROUP + 1])(const uint8_t *, const ACT *const *, int64_t, float *) = {            \
         NULL, NAME##_1, NAME##_2, NAME##_3, NAME##_4};
-SPECIALISE(row_q4_k, act_k)
-SPECIALISE(row_q6_k, act_k)
-SPECIALISE(row_q5_0, act_32)
-SPECIALISE(row_q8_0, act_32)
+SPECIALISE(row_q4_k, act_k, TARGET)
+SPECIALISE(row_q6_k, act_k, TARGET)
+SPECIALISE(row_q5_0, act_32, TARGET)
+SPECIALISE(row_q8_0, act_32, TARGET)
+SPECIALISE(row_q4_k_512, act_k, TARGET512)
+SPECIALISE(row_q6_k_512, act_k, TARGET512)
+SPECIALISE(row_q5_0_512, act_32, TARGET512)
+SPECIALISE(row_q8_0_512, act_32, TARGET512)
+
 
 static int is_k_quant(int type) { return type == Q4_K || type == Q6_K; }
 
-/* y (M x N, rows ldy floats apart) = x (M x K) @ W^T (+ b): W's rows of ggml blocks, `stride` bytes apart. */
+/* y (M x N, rows ldy floats apart) = x (M x K) @ W^T (+ b): W's rows of ggml blocks, `stride` bytes apart; `kernel`
+ * one that kernel_supported() accepts (the caller checks). */
 TARGET static int matmul(int type, const uint8_t *w, int64_t stride, const float *x, const float *bias, float *y,
-                         int64_t ldy, int64_t N, int64_t K, int64_t M, int threads) {
+                         int64_t ldy, int64_t N, int64_t K, int64_t M, int threads, int kernel) {
+    const int wide = kernel == KERNEL_AVX512_VNNI;
     void *acts = NULL;
     const void **rows = malloc(sizeof(void *) * M);
     if (!rows) return -1;
@@ -388,14 +570,18 @@ TARGET static int matmul(int type, const uint8_t *w, int64_t stride, const float
 #pragma omp parallel for num_threads(threads) schedule(static)
     for (int64_t n = 0; n < N; n++) {
         const uint8_t *wn = w + n * stride;
+        /* ask for the bytes PREFETCH_BYTES ahead of this row now: the row's arithmetic then overlaps their reading
+         * (without it a step read the weights at a third of the machine's bandwidth; a prefetch changes no value) */
+        for (int64_t off = PREFETCH_BYTES; off < PREFETCH_BYTES + stride && n * stride + off < N * stride; off += 64)
+            _mm_prefetch((const char *)(wn + off), _MM_HINT_T0);
         for (int64_t i0 = 0; i0 < M; i0 += GROUP) {
             const int nx = (int)(M - i0 < GROUP ? M - i0 : GROUP);
             float out[GROUP];
             switch (type) {
-            case Q4_K: row_q4_k_for[nx](wn, (const act_k *const *)(rows + i0), K, out); break;
-            case Q6_K: row_q6_k_for[nx](wn, (const act_k *const *)(rows + i0), K, out); break;
-            case Q5_0: row_q5_0_for[nx](wn, (const act_32 *const *)(rows + i0), K, out); break;
-            case Q8_0: row_q8_0_for[nx](wn, (const act_32 *const *)(rows + i0), K, out); break;
+            case Q4_K: (wide ? row_q4_k_512_for : row_q4_k_for)[nx](wn, (const act_k *const *)(rows + i0), K, out); break;
+            case Q6_K: (wide ? row_q6_k_512_for : row_q6_k_for)[nx](wn, (const act_k *const *)(rows + i0), K, out); break;
+            case Q5_0: (wide ? row_q5_0_512_for : row_q5_0_for)[nx](wn, (const act_32 *const *)(rows + i0), K, out); break;
+            case Q8_0: (wide ? row_q8_0_512_for : row_q8_0_for)[nx](wn, (const act_32 *const *)(rows + i0), K, out); break;
             default: row_float(type, wn, (const float *const *)(rows + i0), nx, K, out); break;
             }
             for (int i = 0; i < nx; i++) y[(i0 + i) * ldy + n] = bias ? out[i] + bias[n] : out[i];

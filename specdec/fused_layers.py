@@ -122,5 +122,6 @@ class FusedLayers:
         _layers.forward(plan.data_ptr(), plan.shape[0], plan.shape[1], hidden.data_ptr(),
                         hidden.shape[0], start, c.hidden, c.heads, c.kv_heads, c.head_dim, c.ffn, self.max_length,
                         self.cos.data_ptr(), self.sin.data_ptr(), float(c.rms_eps), float(self.scale),
-                        torch.get_num_threads(), 0 if layer_seconds is None else layer_seconds.data_ptr())
+                        torch.get_num_threads(), 0 if layer_seconds is None else layer_seconds.data_ptr(),
+                        quant.kernel_name())
         return hidden

@@ -13,6 +13,9 @@ reference (tests/test_quant.py compares every type bit for bit).
 
 from __future__ import annotations
 
+import contextlib
+import os
+
 import numpy as np
 import torch
 
@@ -34,9 +37,40 @@ def available() -> bool:
     return _quant is not None and _quant.supported()
 
 
+KERNEL_ENV = "SPECDEC_QUANT_KERNEL"
+_kernel_override: str | None = None  # set by use_kernel
+
+
+def kernels() -> tuple[str, ...]:
+    """The product kernels this CPU runs, slowest first: "avx2", then "avx512-vnni" where the CPU has AVX-512 BW, VL
+    and VNNI. Every one gives the same bits (tests/test_quant.py), so the choice changes speed only."""
+    return tuple(_quant.kernels()) if available() else ()
+
+
 def kernel_name() -> str:
-    """The product kernel this machine runs (recorded with each step and in provenance)."""
-    return "avx2" if available() else "unavailable"
+    """The product kernel this process runs (recorded with each step and in provenance): the one `use_kernel` set,
+    else the one $SPECDEC_QUANT_KERNEL names, else the fastest this CPU runs; "unavailable" without the module."""
+    runnable = kernels()
+    if not runnable:
+        return "unavailable"
+    chosen = _kernel_override or os.environ.get(KERNEL_ENV) or runnable[-1]
+    if chosen not in runnable:
+        raise ValueError(f"{KERNEL_ENV}={chosen!r} is not a product kernel this CPU runs; it runs "
+                         f"{', '.join(runnable)}")
+    return chosen
+
+
+@contextlib.contextmanager
+def use_kernel(name: str):
+    """Run the products inside the block on kernel `name` (tests and benchmarks compare the kernels this way)."""
+    global _kernel_override
+    if name not in kernels():
+        raise ValueError(f"{name!r} is not a product kernel this CPU runs; it runs {', '.join(kernels()) or 'none'}")
+    previous, _kernel_override = _kernel_override, name
+    try:
+        yield name
+    finally:
+        _kernel_override = previous
 
 
 def row_bytes(qtype: str, in_features: int) -> int:
@@ -113,7 +147,7 @@ class QuantMatrix:
             b = None if bias is None else bias.float().contiguous()
             _quant.matmul(self.qtype, self.raw.data_ptr(), self.raw.shape[1], x.data_ptr(),
                           0 if b is None else b.data_ptr(), y.data_ptr(), self.out_features, self.in_features,
-                          x.shape[0], torch.get_num_threads())
+                          x.shape[0], torch.get_num_threads(), kernel_name())
         return y
 
 

@@ -392,6 +392,19 @@ def test_a_position_gets_the_same_logits_in_a_step_and_in_a_verify_pass_of_any_s
 
 
 @needs_invariant
+def test_every_product_kernel_gives_a_session_the_same_logits(models, kernel):
+    """Steps and verify passes of the whole forward (fused layers, head) on this kernel equal the AVX2 kernel's bit
+    for bit: the kernel a machine picks changes speed, never a token."""
+    session = LeanLM(models["target"])
+    single, passes = step_and_pass_logits(session, TOKENS, prompt_length=20, steps=6)
+    with quant.use_kernel("avx2"):
+        single_avx2, passes_avx2 = step_and_pass_logits(session, TOKENS, prompt_length=20, steps=6)
+    assert torch.equal(single, single_avx2)
+    assert all(torch.equal(a[2], b[2]) for a, b in zip(passes, passes_avx2))
+    assert session.kernel_for(1) == f"gguf-{kernel}"
+
+
+@needs_invariant
 def test_the_invariance_check_catches_torchs_attention_in_a_verify_pass(models, monkeypatch):
     """The check above has power: torch's attention for the decoding-sized passes (its blocking follows the row
     count) makes rows differ."""

@@ -78,7 +78,7 @@ def test_the_product_is_the_quantised_arithmetic_it_claims(qtype, in_features):
 
 
 @pytest.mark.parametrize("qtype", [*QUANT_TYPES, "F32", "F16"])
-def test_a_row_is_the_same_bits_whatever_shares_the_call_and_on_any_thread_count(qtype, threads):
+def test_a_row_is_the_same_bits_whatever_shares_the_call_and_on_any_thread_count(qtype, threads, kernel):
     matrix = random_quant_matrix(qtype, 29, 512, seed=11)  # 29 rows: not a multiple of anything
     torch.manual_seed(0)
     x = torch.randn(40, 512)
@@ -86,6 +86,78 @@ def test_a_row_is_the_same_bits_whatever_shares_the_call_and_on_any_thread_count
     for rows in range(1, 41):  # every grouping of the inputs (four share each unpacked weight piece)
         assert torch.equal(_bits(matrix.matmul(x[:rows])), _bits(alone[:rows])), rows
     assert torch.equal(_bits(matrix.matmul(x[7:19])), _bits(alone[7:19]))
+
+
+@pytest.mark.parametrize("qtype", [*QUANT_TYPES, "F32", "F16"])
+@pytest.mark.parametrize("in_features", [256, 512, 1536])
+def test_every_kernel_gives_the_avx2_kernels_bits(qtype, in_features, kernel, threads):
+    """The AVX-512 kernel folds its 16 integer lanes onto the AVX2 kernel's 8 and keeps its float epilogue: the same
+    bits for every type, ragged output counts, 1..16 rows, on 1 and 2 threads."""
+    matrix = random_quant_matrix(qtype, 45, in_features, seed=in_features + 3)
+    torch.manual_seed(in_features)
+    x, bias = torch.randn(16, in_features) * 4, torch.randn(45)
+    with quant.use_kernel("avx2"):
+        reference = [matrix.matmul(x[:rows], bias) for rows in range(1, 17)]
+    for rows in range(1, 17):
+        assert torch.equal(_bits(matrix.matmul(x[:rows], bias)), _bits(reference[rows - 1])), (kernel, rows)
+
+
+@pytest.mark.skipif(not GGUF_FILES, reason="no GGUF files under resources/gguf (the models stage makes them)")
+def test_every_kernel_gives_the_same_bits_on_the_study_files_weights(kernel):
+    """Real weights (the files' scales and quants, not random ones): 64 rows of each matrix type of each file."""
+    from specdec.gguf_header import read_header
+
+    torch.manual_seed(5)
+    checked = set()
+    for path in GGUF_FILES:
+        for name, info in read_header(path, string_arrays=()).tensors.items():
+            if (path, info.qtype) in checked or len(info.shape) != 2:
+                continue
+            checked.add((path, info.qtype))
+            row_bytes = quant.row_bytes(info.qtype, info.shape[1])
+            rows = np.fromfile(path, dtype=np.uint8, count=64 * row_bytes, offset=info.offset).reshape(64, -1)
+            matrix = QuantMatrix(torch.from_numpy(rows), info.qtype, info.shape[1], name)
+            x = torch.randn(9, info.shape[1])
+            with quant.use_kernel("avx2"):
+                reference = matrix.matmul(x)
+            assert torch.equal(_bits(matrix.matmul(x)), _bits(reference)), (path.name, name)
+    assert checked
+
+
+def test_the_kernel_is_chosen_per_machine_and_can_be_named(monkeypatch):
+    runnable = quant.kernels()
+    assert runnable[0] == "avx2" and set(runnable) <= {"avx2", "avx512-vnni"}
+    monkeypatch.delenv(quant.KERNEL_ENV, raising=False)
+    assert quant.kernel_name() == runnable[-1]  # the fastest this CPU runs
+    monkeypatch.setenv(quant.KERNEL_ENV, "avx2")
+    assert quant.kernel_name() == "avx2"
+    with quant.use_kernel(runnable[-1]):  # a block's choice wins over the environment's
+        assert quant.kernel_name() == runnable[-1]
+    assert quant.kernel_name() == "avx2"
+
+
+@pytest.mark.parametrize("name", ["avx3", "AVX2", ""])
+def test_a_kernel_this_cpu_does_not_run_is_refused_by_name(monkeypatch, name):
+    with pytest.raises(ValueError, match="not a product kernel this CPU runs; it runs avx2"):
+        with quant.use_kernel(name):
+            pass
+    monkeypatch.setenv(quant.KERNEL_ENV, name or "none")
+    with pytest.raises(ValueError, match=f"{quant.KERNEL_ENV}="):
+        random_quant_matrix("Q4_K", 8, 256).matmul(torch.randn(1, 256))
+
+
+def test_the_native_call_checks_the_kernel_it_is_given():
+    """What quant.py passes is checked again in C: an unknown name is refused before any pointer is followed."""
+    from specdec import _quant
+
+    matrix = random_quant_matrix("Q8_0", 8, 64)
+    x, y = torch.randn(1, 64), torch.empty(1, 8)
+    with pytest.raises(ValueError, match="unknown product kernel avx3"):
+        _quant.matmul("Q8_0", matrix.raw.data_ptr(), 68, x.data_ptr(), 0, y.data_ptr(), 8, 64, 1, 1, "avx3")
+    if "avx512-vnni" not in quant.kernels():
+        with pytest.raises(ValueError, match="cannot run the avx512-vnni product kernel"):
+            _quant.matmul("Q8_0", matrix.raw.data_ptr(), 68, x.data_ptr(), 0, y.data_ptr(), 8, 64, 1, 1,
+                          "avx512-vnni")
 
 
 def test_the_invariance_check_can_fail():
