@@ -1,5 +1,5 @@
 /* Products of GGUF-quantized weights with the few activation rows of a decoding step or a verify pass, and the
- * weights' exact dequantisation (x86, AVX2 + FMA + F16C).
+ * weights' exact dequantisation (x86: AVX2 + FMA + F16C, and AVX-512 VNNI where the CPU has it).
  *
  * Weights stay in the file's ggml blocks: Q4_K (256 values: fp16 d, dmin; 6-bit scale and min per 32; 4-bit quants),
  * Q6_K (256: 4+2-bit quants, int8 scale per 16, fp16 d), Q5_0 (32: fp16 d, 5-bit quants), Q8_0 (32: fp16 d, int8).
@@ -10,9 +10,12 @@
  * the same bits whichever rows share the call, however they are grouped, on any thread count (threads split the
  * output rows): the batch invariance a verify pass needs to equal one-token steps (tests/test_quant.py).
  *
- * Memory: output rows are the outer loop, inputs the inner one, in groups of up to four that share each unpacked
- * 32-value piece of the weight row; a row (at most a few kilobytes) is read from memory once per call whatever the
- * number of inputs.
+ * Memory: output rows are the outer loop, inputs the inner one, in groups of up to four (AVX2) or eight (AVX-512)
+ * that share each unpacked piece of the weight row; a row (at most a few kilobytes) is read from memory once per call
+ * whatever the number of inputs, and the bytes 1 KB ahead of it are prefetched while it is multiplied.
+ *
+ * Two kernels, the same bits: AVX2 (any x86 CPU with AVX2, FMA, F16C) and AVX-512 BW/VL/VNNI where the CPU has it
+ * (below: the same integer lanes and the same float epilogue); the caller names one (kernel_supported).
  *
  * Dequantisation reproduces the gguf package's reference formulas operation by operation (this file is built with
  * -ffp-contract=off: no multiply-add is fused unless written so), bit for bit.
@@ -28,7 +31,8 @@
 
 #define QK 256   /* values per K-quant block */
 #define Q32 32   /* values per Q5_0 / Q8_0 block, and per activation block for them */
-#define GROUP 4  /* inputs that share each unpacked weight piece */
+#define GROUP 4     /* inputs that share each unpacked weight piece (AVX2: 16 vector registers) */
+#define GROUP512 8  /* the same with AVX-512 (32 registers) */
 /* How far ahead of the row being multiplied its weights are asked for (bench/quant_kernel.py; 1-2 KB measured best
  * on the Intel Xeon, 512 B-2 KB alike within noise; 4 KB and more slowed the head's product) */
 #define PREFETCH_BYTES 1024
@@ -381,8 +385,8 @@ TARGET512 static inline __m512i join(__m256i lo, __m256i hi) {
 
 TARGET512 static inline __attribute__((always_inline)) void row_q4_k_512(const uint8_t *w, const act_k *const *x,
                                                                          int nx, int64_t K, float *out) {
-    __m256 acc[GROUP];
-    __m128 mins[GROUP];
+    __m256 acc[GROUP512];
+    __m128 mins[GROUP512];
     for (int i = 0; i < nx; i++) acc[i] = _mm256_setzero_ps(), mins[i] = _mm_setzero_ps();
     const __m512i low4 = _mm512_set1_epi8(0x0F);
     for (int64_t b = 0; b < K / QK; b++, w += 144) {
@@ -390,7 +394,7 @@ TARGET512 static inline __attribute__((always_inline)) void row_q4_k_512(const u
         const __m256i scales_mins = q4k_scales_mins(w + 4);
         const __m512i scales = _mm512_castsi256_si512(scales_mins);
         const __m128i min8 = _mm256_extracti128_si256(scales_mins, 1);
-        __m512i sums[GROUP];
+        __m512i sums[GROUP512];
         for (int i = 0; i < nx; i++) sums[i] = _mm512_setzero_si512();
         for (int p = 0; p < 4; p++) {
             /* values 64p..64p+31 (low nibbles) then 64p+32..64p+63 (high nibbles): the activations' order */
@@ -419,7 +423,7 @@ TARGET512 static inline __attribute__((always_inline)) void row_q4_k_512(const u
 
 TARGET512 static inline __attribute__((always_inline)) void row_q6_k_512(const uint8_t *w, const act_k *const *x,
                                                                          int nx, int64_t K, float *out) {
-    __m256 acc[GROUP];
+    __m256 acc[GROUP512];
     for (int i = 0; i < nx; i++) acc[i] = _mm256_setzero_ps();
     const __m512i low4 = _mm512_set1_epi8(0x0F), two = _mm512_set1_epi8(3);
     for (int64_t b = 0; b < K / QK; b++, w += 210) {
@@ -428,7 +432,7 @@ TARGET512 static inline __attribute__((always_inline)) void row_q6_k_512(const u
         const float d = half(w + 208);
         const __m256i scale16 = _mm256_cvtepi8_epi16(scales8);
         const __m512i scales = _mm512_castsi256_si512(scale16);
-        __m512i sums[GROUP];
+        __m512i sums[GROUP512];
         for (int i = 0; i < nx; i++) sums[i] = _mm512_setzero_si512();
         for (int h = 0; h < 2; h++) {
             const __m512i l01 = _mm512_loadu_si512(ql + 64 * h); /* pieces 4h, 4h+1 (low) and 4h+2, 4h+3 (high) */
@@ -464,7 +468,7 @@ TARGET512 static inline __m256i dot_s8_vnni(__m256i w, __m256i x) {
 
 TARGET512 static inline __attribute__((always_inline)) void row_q5_0_512(const uint8_t *w, const act_32 *const *x,
                                                                          int nx, int64_t K, float *out) {
-    __m256 acc[GROUP];
+    __m256 acc[GROUP512];
     for (int i = 0; i < nx; i++) acc[i] = _mm256_setzero_ps();
     const __m256i low4 = _mm256_set1_epi8(0x0F), sixteen = _mm256_set1_epi8(16);
     const __m256i pick = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3,
@@ -489,7 +493,7 @@ TARGET512 static inline __attribute__((always_inline)) void row_q5_0_512(const u
 
 TARGET512 static inline __attribute__((always_inline)) void row_q8_0_512(const uint8_t *w, const act_32 *const *x,
                                                                          int nx, int64_t K, float *out) {
-    __m256 acc[GROUP];
+    __m256 acc[GROUP512];
     for (int i = 0; i < nx; i++) acc[i] = _mm256_setzero_ps();
     for (int64_t b = 0; b < K / Q32; b++, w += 34) {
         const float d = half(w);
@@ -521,23 +525,27 @@ TARGET static void row_float(int type, const uint8_t *w, const float *const *x, 
     }
 }
 
-/* Each row function compiled for 1, 2, 3 and 4 inputs: with the count a constant the compiler keeps every
+/* Each row function compiled for every input count of a group: with the count a constant the compiler keeps every
  * accumulator in a register and unrolls the input loops (an unknown count left them on the stack: 3x slower). */
-#define SPECIALISE(NAME, ACT, ISA)                                                                                \
-    ISA static void NAME##_1(const uint8_t *w, const ACT *const *x, int64_t K, float *o) { NAME(w, x, 1, K, o); } \
-    ISA static void NAME##_2(const uint8_t *w, const ACT *const *x, int64_t K, float *o) { NAME(w, x, 2, K, o); } \
-    ISA static void NAME##_3(const uint8_t *w, const ACT *const *x, int64_t K, float *o) { NAME(w, x, 3, K, o); } \
-    ISA static void NAME##_4(const uint8_t *w, const ACT *const *x, int64_t K, float *o) { NAME(w, x, 4, K, o); } \
-    static void (*const NAME##_for[GROUP + 1])(const uint8_t *, const ACT *const *, int64_t, float *) = {            \
+#define ROW_FN(NAME, ACT, ISA, N) \
+    ISA static void NAME##_##N(const uint8_t *w, const ACT *const *x, int64_t K, float *o) { NAME(w, x, N, K, o); }
+#define SPECIALISE(NAME, ACT, ISA)                                                                                 \
+    ROW_FN(NAME, ACT, ISA, 1) ROW_FN(NAME, ACT, ISA, 2) ROW_FN(NAME, ACT, ISA, 3) ROW_FN(NAME, ACT, ISA, 4)       \
+    static void (*const NAME##_for[GROUP + 1])(const uint8_t *, const ACT *const *, int64_t, float *) = {           \
         NULL, NAME##_1, NAME##_2, NAME##_3, NAME##_4};
+#define SPECIALISE8(NAME, ACT, ISA)                                                                                \
+    ROW_FN(NAME, ACT, ISA, 1) ROW_FN(NAME, ACT, ISA, 2) ROW_FN(NAME, ACT, ISA, 3) ROW_FN(NAME, ACT, ISA, 4)       \
+    ROW_FN(NAME, ACT, ISA, 5) ROW_FN(NAME, ACT, ISA, 6) ROW_FN(NAME, ACT, ISA, 7) ROW_FN(NAME, ACT, ISA, 8)       \
+    static void (*const NAME##_for[GROUP512 + 1])(const uint8_t *, const ACT *const *, int64_t, float *) = {        \
+        NULL, NAME##_1, NAME##_2, NAME##_3, NAME##_4, NAME##_5, NAME##_6, NAME##_7, NAME##_8};
 SPECIALISE(row_q4_k, act_k, TARGET)
 SPECIALISE(row_q6_k, act_k, TARGET)
 SPECIALISE(row_q5_0, act_32, TARGET)
 SPECIALISE(row_q8_0, act_32, TARGET)
-SPECIALISE(row_q4_k_512, act_k, TARGET512)
-SPECIALISE(row_q6_k_512, act_k, TARGET512)
-SPECIALISE(row_q5_0_512, act_32, TARGET512)
-SPECIALISE(row_q8_0_512, act_32, TARGET512)
+SPECIALISE8(row_q4_k_512, act_k, TARGET512)
+SPECIALISE8(row_q6_k_512, act_k, TARGET512)
+SPECIALISE8(row_q5_0_512, act_32, TARGET512)
+SPECIALISE8(row_q8_0_512, act_32, TARGET512)
 
 
 static int is_k_quant(int type) { return type == Q4_K || type == Q6_K; }
@@ -547,6 +555,7 @@ static int is_k_quant(int type) { return type == Q4_K || type == Q6_K; }
 TARGET static int matmul(int type, const uint8_t *w, int64_t stride, const float *x, const float *bias, float *y,
                          int64_t ldy, int64_t N, int64_t K, int64_t M, int threads, int kernel) {
     const int wide = kernel == KERNEL_AVX512_VNNI;
+    const int64_t groups = (M + (wide ? GROUP512 : GROUP) - 1) / (wide ? GROUP512 : GROUP);
     void *acts = NULL;
     const void **rows = malloc(sizeof(void *) * M);
     if (!rows) return -1;
@@ -574,9 +583,10 @@ TARGET static int matmul(int type, const uint8_t *w, int64_t stride, const float
          * (without it a step read the weights at a third of the machine's bandwidth; a prefetch changes no value) */
         for (int64_t off = PREFETCH_BYTES; off < PREFETCH_BYTES + stride && n * stride + off < N * stride; off += 64)
             _mm_prefetch((const char *)(wn + off), _MM_HINT_T0);
-        for (int64_t i0 = 0; i0 < M; i0 += GROUP) {
-            const int nx = (int)(M - i0 < GROUP ? M - i0 : GROUP);
-            float out[GROUP];
+        /* the inputs in as few groups as the kernel's registers allow, of even sizes (9 rows: 5 + 4) */
+        for (int64_t g = 0, i0 = 0, nx = 0; g < groups; g++, i0 += nx) {
+            nx = M / groups + (g < M % groups);
+            float out[GROUP512] = {0};
             switch (type) {
             case Q4_K: (wide ? row_q4_k_512_for : row_q4_k_for)[nx](wn, (const act_k *const *)(rows + i0), K, out); break;
             case Q6_K: (wide ? row_q6_k_512_for : row_q6_k_for)[nx](wn, (const act_k *const *)(rows + i0), K, out); break;
