@@ -12,8 +12,10 @@ from pathlib import Path
 
 import pandas as pd
 
+from specdec import quant
 from specdec.drafts import load_plugins
 from specdec.drafts.registry import gguf_draft_source
+from specdec.kernels import kernel_build
 from specdec.loading import Runtime
 from specdec.study.io import write_parquet
 from specdec.study.jobs import load_target, make_draft
@@ -52,7 +54,10 @@ def main(snakemake):
                 run_llamacpp=llamacpp_runner(Path(inputs.build) / "bin", inputs.target, inputs.llamacpp_draft,
                                              settings, tmp),
                 max_new_tokens=n, repeats=int(s["repeats"]), log=log.info)
-        write_parquet(frame.assign(domain=snakemake.wildcards.domain), snakemake.output[0])
+        # what ran, recorded with the runs themselves (the table's provenance reads it from them)
+        frame = frame.assign(domain=snakemake.wildcards.domain, quant_kernel=quant.kernel_name(),
+                             kernel_build=kernel_build(), llamacpp_repack=bool(p.repack))
+        write_parquet(frame, snakemake.output[0])
 
 
 if "snakemake" in globals():

@@ -24,6 +24,16 @@ from specdec.study.wheels import sha256_file
 log = logging.getLogger("vs_llamacpp_table")
 
 
+def ran_on(runs) -> dict:
+    """Our kernel and native build, and llama.cpp's repacking, as the runs recorded them (runs from before they were
+    recorded: the table job's own, said so)."""
+    recorded = [column for column in ("quant_kernel", "kernel_build", "llamacpp_repack") if column in runs]
+    if len(recorded) < 3:
+        return {"quant_kernel": quant.kernel_name(), "kernel_build": kernel_build(),
+                "recorded_by": "the table job (these runs predate recording them)"}
+    return {column: sorted(runs[column].astype(str).unique()) for column in recorded} | {"recorded_by": "the runs"}
+
+
 def main(snakemake):
     with log_to(snakemake.log[0]):
         p = snakemake.params
@@ -36,8 +46,7 @@ def main(snakemake):
             "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
             "machine": machine_record(threads),
             "threads": threads,
-            "specdec": {"quant_kernel": quant.kernel_name(), "kernel_build": kernel_build(),
-                        "runtime": dict(p.runtime)},
+            "specdec": {**ran_on(runs), "runtime": dict(p.runtime)},
             "llama_cpp_build": read_build_manifest(snakemake.input.build),
             "settings": dict(p.settings),
             "target": p.target,
