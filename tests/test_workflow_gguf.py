@@ -147,20 +147,23 @@ def test_the_machine_target_profiles_the_gguf_files_and_joins_the_verdict_as_its
 def test_config_gguf_plans_the_study_from_the_gguf_files():
     """config/gguf.yaml over the real config, as README says to run it: every decode job reads the target's GGUF
     file (a model draft's and a cut's too), the prompts the target file's tokenizer; nothing loads or times fp32
-    weights (the distribution check runs the GGUF sessions); the default target names the stage it leaves out;
-    nothing is written over committed files."""
+    weights (the distribution check runs the GGUF sessions, the machine's profiles the GGUF files); the default
+    target audits the cost model against the decode runs; nothing is written outside results/gguf/, resources/ and
+    this machine's gguf fit."""
     result = subprocess.run([sys.executable, "-m", "snakemake", "--dry-run", "--forceall", "--nolock", "--cores", "2",
                              "--configfile", "config/gguf.yaml"], cwd=REPO, capture_output=True, text=True,
                             timeout=600)
     output = result.stdout + result.stderr
     assert result.returncode == 0, output[-4000:]
-    assert "the cost model's audit of the decode runs does not run in this regime yet" in output
     lines = output.splitlines()
     rules = {line.split()[1].rstrip(":") for line in lines if line.startswith(("rule ", "localrule "))}
     assert {"decode", "gguf_tokenizer", "make_prompts", "verify_greedy", "verify_distribution", "study_table",
-            "provenance"} <= rules
+            "provenance", "profile_fit_models", "costmodel", "machine_fit"} <= rules
     assert not rules & {"prepare_model", "derive_truncated_draft", "time_linear_backends", "time_bf16_products",
-                        "profile_fit_models", "profile_model", "costmodel", "peers_run"}
+                        "peers_run"}
+    profiled = [line for line in lines if line.strip().startswith("input:") and "profiles" not in line
+                and "resources/gguf/qwen2.5-coder-1.5b-instruct.gguf" in line and "prompts" not in line]
+    assert profiled  # the fit's profiles read the GGUF files
     inputs = [line.split(":", 1)[1] for line in lines if line.strip().startswith("input:")]
     assert inputs and not any("resources/models/" in line or "/kernels/" in line for line in inputs)
     decode_inputs = [line for line in inputs if "/prompts/" in line and ".parquet" in line and "gguf" in line]
@@ -168,4 +171,7 @@ def test_config_gguf_plans_the_study_from_the_gguf_files():
     assert any("resources/gguf/qwen2.5-coder-0.5b-instruct.gguf" in line for line in decode_inputs)
     outputs = {p.strip() for line in lines if line.strip().startswith("output:") for p in line.split(":", 1)[1].split(",")}
     assert "results/gguf/tables/greedy_identity.csv" in outputs
-    assert all(p.startswith(("results/gguf/", "resources/")) for p in outputs), sorted(outputs)[:10]
+    machine_dir = "results/machines/"  # config/gguf.yaml's machines_dir: the fit beside the fp32 ones, kernel gguf
+    assert all(p.startswith(("results/gguf/", "resources/")) or (p.startswith(machine_dir) and "/gguf/" in p)
+               for p in outputs), sorted(outputs)[:10]
+    assert "results/gguf/tables/costmodel.csv" in outputs

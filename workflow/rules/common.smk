@@ -51,13 +51,9 @@ LOG = "logs" if R == "results" else f"logs/{R}"
 # to be scheduled in the gguf regime (fp32_only).
 WEIGHTS = RUNTIME["weights"]
 GGUF = WEIGHTS == "gguf"
-# In the gguf regime the machine's profiles and fit run (`machine`: each GGUF file's lean session, profiling
-# LeanLM's components), the cost model's audit of the study's decode runs does not yet: the default target leaves
-# the cost model out (COSTMODEL_IN_STUDY).
-COSTMODEL_IN_STUDY = bool(PROFILING) and not GGUF
-if GGUF and PROFILING:
-    print("specdec: runtime.weights gguf: the machine's profiles and fit run (`machine`); the cost model's audit of "
-          "the decode runs does not run in this regime yet (the default target leaves it out)", file=sys.stderr)
+# The cost model (the machine's profiles and fit, and its audit of the study's greedy decode runs) runs in both
+# regimes; in the gguf regime each GGUF file's lean session is profiled per layer inside the fused call.
+COSTMODEL_IN_STUDY = bool(PROFILING)
 BENCH = "benchmarks" if R == "results" else f"benchmarks/{R}"
 
 
