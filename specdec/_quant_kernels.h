@@ -220,6 +220,32 @@ TARGET static inline __m256i q4k_scales_mins(const uint8_t *packed) {
     return _mm256_cvtepu8_epi16(_mm_set_epi32((int)u[3], (int)u[2], (int)u[1], (int)u[0]));
 }
 
+/* A K-quant block's float epilogue for one input, and an output's final sums: shared by the AVX2 and AVX-512 row
+ * functions (which differ only in how they form each block's eight integer lanes), so that their bits agree. Q4_K:
+ * the lanes times d x the input's scale, and the eight mins against the input's sums per 32 times dmin. */
+TARGET static inline __attribute__((always_inline)) void q4k_accumulate(__m256 *acc, __m128 *mins, float d, float dmin,
+                                                                        const act_k *a, __m256i lanes, __m128i min8) {
+    const __m128i sums32 = _mm_hadd_epi16(_mm_loadu_si128((const __m128i *)a->sums),
+                                          _mm_loadu_si128((const __m128i *)(a->sums + 8)));
+    *acc = _mm256_fmadd_ps(_mm256_set1_ps(d * a->d), _mm256_cvtepi32_ps(lanes), *acc);
+    *mins = _mm_fmadd_ps(_mm_set1_ps(dmin * a->d), _mm_cvtepi32_ps(_mm_madd_epi16(min8, sums32)), *mins);
+}
+
+TARGET static inline __attribute__((always_inline)) float q4k_result(__m256 acc, __m128 mins) {
+    __m128 m = _mm_add_ps(mins, _mm_movehl_ps(mins, mins));
+    m = _mm_add_ss(m, _mm_movehdup_ps(m));
+    return hsum8(acc) - _mm_cvtss_f32(m);
+}
+
+/* Q6_K: the quants' offset of 32 (times each scale and the sum of its 16 activations) off the lanes, then the lanes
+ * times d x the input's scale. */
+TARGET static inline __attribute__((always_inline)) void q6k_accumulate(__m256 *acc, float d, const act_k *a,
+                                                                        __m256i lanes, __m256i scale16) {
+    const __m256i offset = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)a->sums), scale16);
+    const __m256i total = _mm256_sub_epi32(lanes, _mm256_slli_epi32(offset, 5));
+    *acc = _mm256_fmadd_ps(_mm256_set1_ps(d * a->d), _mm256_cvtepi32_ps(total), *acc);
+}
+
 TARGET static inline __attribute__((always_inline)) void row_q4_k(const uint8_t *w, const act_k *const *x, int nx,
                                                                    int64_t K, float *out) {
     __m256 acc[GROUP];
@@ -245,20 +271,9 @@ TARGET static inline __attribute__((always_inline)) void row_q4_k(const uint8_t 
                 sums[i] = _mm256_add_epi32(sums[i], _mm256_add_epi32(_mm256_madd_epi16(a, s_lo), _mm256_madd_epi16(c, s_hi)));
             }
         }
-        for (int i = 0; i < nx; i++) {
-            const act_k *a = &x[i][b];
-            /* the activations' sums per 32 (pairs of sums of 16) against the eight mins */
-            const __m128i sums32 = _mm_hadd_epi16(_mm_loadu_si128((const __m128i *)a->sums),
-                                                  _mm_loadu_si128((const __m128i *)(a->sums + 8)));
-            acc[i] = _mm256_fmadd_ps(_mm256_set1_ps(d * a->d), _mm256_cvtepi32_ps(sums[i]), acc[i]);
-            mins[i] = _mm_fmadd_ps(_mm_set1_ps(dmin * a->d), _mm_cvtepi32_ps(_mm_madd_epi16(min8, sums32)), mins[i]);
-        }
+        for (int i = 0; i < nx; i++) q4k_accumulate(&acc[i], &mins[i], d, dmin, &x[i][b], sums[i], min8);
     }
-    for (int i = 0; i < nx; i++) {
-        __m128 m = _mm_add_ps(mins[i], _mm_movehl_ps(mins[i], mins[i]));
-        m = _mm_add_ss(m, _mm_movehdup_ps(m));
-        out[i] = hsum8(acc[i]) - _mm_cvtss_f32(m);
-    }
+    for (int i = 0; i < nx; i++) out[i] = q4k_result(acc[i], mins[i]);
 }
 
 TARGET static inline __attribute__((always_inline)) void row_q6_k(const uint8_t *w, const act_k *const *x, int nx,
@@ -297,57 +312,51 @@ TARGET static inline __attribute__((always_inline)) void row_q6_k(const uint8_t 
                 }
             }
         }
-        for (int i = 0; i < nx; i++) {
-            const act_k *a = &x[i][b];
-            /* the quants' offset of 32, times each scale and the sum of its 16 activations */
-            const __m256i offset = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)a->sums), scale16);
-            const __m256i total = _mm256_sub_epi32(sums[i], _mm256_slli_epi32(offset, 5));
-            acc[i] = _mm256_fmadd_ps(_mm256_set1_ps(d * a->d), _mm256_cvtepi32_ps(total), acc[i]);
-        }
+        for (int i = 0; i < nx; i++) q6k_accumulate(&acc[i], d, &x[i][b], sums[i], scale16);
     }
     for (int i = 0; i < nx; i++) out[i] = hsum8(acc[i]);
 }
 
-TARGET static inline __attribute__((always_inline)) void row_q5_0(const uint8_t *w, const act_32 *const *x, int nx,
-                                                                   int64_t K, float *out) {
-    __m256 acc[GROUP];
-    for (int i = 0; i < nx; i++) acc[i] = _mm256_setzero_ps();
+/* A Q5_0 block's 32 quants as signed bytes (-16..15): low nibbles, then high nibbles, each with its fifth bit. */
+TARGET static inline __attribute__((always_inline)) __m256i q5_0_quants(const uint8_t *w) {
     const __m256i low4 = _mm256_set1_epi8(0x0F), sixteen = _mm256_set1_epi8(16);
     /* byte l of the broadcast high bits picks bit l of its 32-bit word */
     const __m256i pick = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3,
                                           3, 3, 3, 3, 3, 3);
     const __m256i bit = _mm256_set1_epi64x(0x8040201008040201LL);
-    for (int64_t b = 0; b < K / Q32; b++, w += 22) {
-        const float d = half(w);
-        uint32_t qh;
-        memcpy(&qh, w + 2, 4);
-        const __m128i half16 = _mm_loadu_si128((const __m128i *)(w + 6));
-        const __m256i nib = _mm256_and_si256(
-            _mm256_inserti128_si256(_mm256_castsi128_si256(half16), _mm_srli_epi16(half16, 4), 1), low4);
-        const __m256i bits = _mm256_cmpeq_epi8(_mm256_and_si256(_mm256_shuffle_epi8(_mm256_set1_epi32((int)qh), pick), bit), bit);
-        const __m256i q = _mm256_sub_epi8(_mm256_or_si256(nib, _mm256_and_si256(bits, sixteen)), sixteen);
-        for (int i = 0; i < nx; i++) {
-            const __m256i p = dot_s8(q, _mm256_loadu_si256((const __m256i *)x[i][b].q));
-            acc[i] = _mm256_fmadd_ps(_mm256_set1_ps(d * x[i][b].d), _mm256_cvtepi32_ps(p), acc[i]);
-        }
-    }
-    for (int i = 0; i < nx; i++) out[i] = hsum8(acc[i]);
+    uint32_t qh;
+    memcpy(&qh, w + 2, 4);
+    const __m128i half16 = _mm_loadu_si128((const __m128i *)(w + 6));
+    const __m256i nib = _mm256_and_si256(
+        _mm256_inserti128_si256(_mm256_castsi128_si256(half16), _mm_srli_epi16(half16, 4), 1), low4);
+    const __m256i bits = _mm256_cmpeq_epi8(_mm256_and_si256(_mm256_shuffle_epi8(_mm256_set1_epi32((int)qh), pick), bit), bit);
+    return _mm256_sub_epi8(_mm256_or_si256(nib, _mm256_and_si256(bits, sixteen)), sixteen);
 }
 
-TARGET static inline __attribute__((always_inline)) void row_q8_0(const uint8_t *w, const act_32 *const *x, int nx,
-                                                                   int64_t K, float *out) {
-    __m256 acc[GROUP];
-    for (int i = 0; i < nx; i++) acc[i] = _mm256_setzero_ps();
-    for (int64_t b = 0; b < K / Q32; b++, w += 34) {
-        const float d = half(w);
-        const __m256i q = _mm256_loadu_si256((const __m256i *)(w + 2));
-        for (int i = 0; i < nx; i++) {
-            const __m256i p = dot_s8(q, _mm256_loadu_si256((const __m256i *)x[i][b].q));
-            acc[i] = _mm256_fmadd_ps(_mm256_set1_ps(d * x[i][b].d), _mm256_cvtepi32_ps(p), acc[i]);
-        }
-    }
-    for (int i = 0; i < nx; i++) out[i] = hsum8(acc[i]);
+/* A Q8_0 block's 32 quants. */
+TARGET static inline __attribute__((always_inline)) __m256i q8_0_quants(const uint8_t *w) {
+    return _mm256_loadu_si256((const __m256i *)(w + 2));
 }
+
+/* The row function of a 32-value type (Q5_0, Q8_0) for kernel ISA: per block its fp16 scale, its quants (UNPACK)
+ * and, per input, one 8-lane integer dot product (DOT) and one multiply-add into that input's accumulator. */
+#define ROW_Q32(NAME, ISA, GROUPN, BYTES, UNPACK, DOT)                                                              \
+    ISA static inline __attribute__((always_inline)) void NAME(const uint8_t *w, const act_32 *const *x, int nx,    \
+                                                               int64_t K, float *out) {                             \
+        __m256 acc[GROUPN];                                                                                         \
+        for (int i = 0; i < nx; i++) acc[i] = _mm256_setzero_ps();                                                  \
+        for (int64_t b = 0; b < K / Q32; b++, w += BYTES) {                                                        \
+            const float d = half(w);                                                                                \
+            const __m256i q = UNPACK(w);                                                                            \
+            for (int i = 0; i < nx; i++) {                                                                          \
+                const __m256i p = DOT(q, _mm256_loadu_si256((const __m256i *)x[i][b].q));                           \
+                acc[i] = _mm256_fmadd_ps(_mm256_set1_ps(d * x[i][b].d), _mm256_cvtepi32_ps(p), acc[i]);            \
+            }                                                                                                       \
+        }                                                                                                           \
+        for (int i = 0; i < nx; i++) out[i] = hsum8(acc[i]);                                                        \
+    }
+ROW_Q32(row_q5_0, TARGET, GROUP, 22, q5_0_quants, dot_s8)
+ROW_Q32(row_q8_0, TARGET, GROUP, 34, q8_0_quants, dot_s8)
 
 /* --- the same products with AVX-512 (BW, VL, VNNI): the same bits --------------------------------------------------
  * Where the CPU has them, two 32-value pieces share one 512-bit register and each sub-block's scale is applied by
@@ -355,7 +364,7 @@ TARGET static inline __attribute__((always_inline)) void row_q8_0(const uint8_t 
  * products summed into int32). Every integer sum is exact, and lane l of the 16 int32 lanes holds the products of
  * bytes 4l..4l+3 (mod 32) of its piece, so folding the upper eight lanes onto the lower eight at the end of a block
  * gives each of the AVX2 code's eight lanes exactly its integer; the float epilogue (one 8-lane multiply-add per
- * block, the same horizontal sums) is the AVX2 code's, instruction for instruction. So a row's result is the same
+ * block, the same horizontal sums) is the AVX2 code's own (q4k_accumulate, q6k_accumulate, the ROW_Q32 body). So a row's result is the same
  * bits on either variant (tests/test_quant.py), and batch invariance holds across them too. */
 #define TARGET512 __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")))
 
@@ -406,19 +415,9 @@ TARGET512 static inline __attribute__((always_inline)) void row_q4_k_512(const u
                 sums[i] = _mm512_dpwssd_epi32(sums[i], a, scale);
             }
         }
-        for (int i = 0; i < nx; i++) {
-            const act_k *a = &x[i][b];
-            const __m128i sums32 = _mm_hadd_epi16(_mm_loadu_si128((const __m128i *)a->sums),
-                                                  _mm_loadu_si128((const __m128i *)(a->sums + 8)));
-            acc[i] = _mm256_fmadd_ps(_mm256_set1_ps(d * a->d), _mm256_cvtepi32_ps(fold16(sums[i])), acc[i]);
-            mins[i] = _mm_fmadd_ps(_mm_set1_ps(dmin * a->d), _mm_cvtepi32_ps(_mm_madd_epi16(min8, sums32)), mins[i]);
-        }
+        for (int i = 0; i < nx; i++) q4k_accumulate(&acc[i], &mins[i], d, dmin, &x[i][b], fold16(sums[i]), min8);
     }
-    for (int i = 0; i < nx; i++) {
-        __m128 m = _mm_add_ps(mins[i], _mm_movehl_ps(mins[i], mins[i]));
-        m = _mm_add_ss(m, _mm_movehdup_ps(m));
-        out[i] = hsum8(acc[i]) - _mm_cvtss_f32(m);
-    }
+    for (int i = 0; i < nx; i++) out[i] = q4k_result(acc[i], mins[i]);
 }
 
 TARGET512 static inline __attribute__((always_inline)) void row_q6_k_512(const uint8_t *w, const act_k *const *x,
@@ -451,12 +450,7 @@ TARGET512 static inline __attribute__((always_inline)) void row_q6_k_512(const u
                 }
             }
         }
-        for (int i = 0; i < nx; i++) {
-            const act_k *a = &x[i][b];
-            const __m256i offset = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)a->sums), scale16);
-            const __m256i total = _mm256_sub_epi32(fold16(sums[i]), _mm256_slli_epi32(offset, 5));
-            acc[i] = _mm256_fmadd_ps(_mm256_set1_ps(d * a->d), _mm256_cvtepi32_ps(total), acc[i]);
-        }
+        for (int i = 0; i < nx; i++) q6k_accumulate(&acc[i], d, &x[i][b], fold16(sums[i]), scale16);
     }
     for (int i = 0; i < nx; i++) out[i] = hsum8(acc[i]);
 }
@@ -466,45 +460,8 @@ TARGET512 static inline __m256i dot_s8_vnni(__m256i w, __m256i x) {
     return _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_sign_epi8(w, w), _mm256_sign_epi8(x, w));
 }
 
-TARGET512 static inline __attribute__((always_inline)) void row_q5_0_512(const uint8_t *w, const act_32 *const *x,
-                                                                         int nx, int64_t K, float *out) {
-    __m256 acc[GROUP512];
-    for (int i = 0; i < nx; i++) acc[i] = _mm256_setzero_ps();
-    const __m256i low4 = _mm256_set1_epi8(0x0F), sixteen = _mm256_set1_epi8(16);
-    const __m256i pick = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3,
-                                          3, 3, 3, 3, 3, 3);
-    const __m256i bit = _mm256_set1_epi64x(0x8040201008040201LL);
-    for (int64_t b = 0; b < K / Q32; b++, w += 22) {
-        const float d = half(w);
-        uint32_t qh;
-        memcpy(&qh, w + 2, 4);
-        const __m128i half16 = _mm_loadu_si128((const __m128i *)(w + 6));
-        const __m256i nib = _mm256_and_si256(
-            _mm256_inserti128_si256(_mm256_castsi128_si256(half16), _mm_srli_epi16(half16, 4), 1), low4);
-        const __m256i bits = _mm256_cmpeq_epi8(_mm256_and_si256(_mm256_shuffle_epi8(_mm256_set1_epi32((int)qh), pick), bit), bit);
-        const __m256i q = _mm256_sub_epi8(_mm256_or_si256(nib, _mm256_and_si256(bits, sixteen)), sixteen);
-        for (int i = 0; i < nx; i++) {
-            const __m256i p = dot_s8_vnni(q, _mm256_loadu_si256((const __m256i *)x[i][b].q));
-            acc[i] = _mm256_fmadd_ps(_mm256_set1_ps(d * x[i][b].d), _mm256_cvtepi32_ps(p), acc[i]);
-        }
-    }
-    for (int i = 0; i < nx; i++) out[i] = hsum8(acc[i]);
-}
-
-TARGET512 static inline __attribute__((always_inline)) void row_q8_0_512(const uint8_t *w, const act_32 *const *x,
-                                                                         int nx, int64_t K, float *out) {
-    __m256 acc[GROUP512];
-    for (int i = 0; i < nx; i++) acc[i] = _mm256_setzero_ps();
-    for (int64_t b = 0; b < K / Q32; b++, w += 34) {
-        const float d = half(w);
-        const __m256i q = _mm256_loadu_si256((const __m256i *)(w + 2));
-        for (int i = 0; i < nx; i++) {
-            const __m256i p = dot_s8_vnni(q, _mm256_loadu_si256((const __m256i *)x[i][b].q));
-            acc[i] = _mm256_fmadd_ps(_mm256_set1_ps(d * x[i][b].d), _mm256_cvtepi32_ps(p), acc[i]);
-        }
-    }
-    for (int i = 0; i < nx; i++) out[i] = hsum8(acc[i]);
-}
+ROW_Q32(row_q5_0_512, TARGET512, GROUP512, 22, q5_0_quants, dot_s8_vnni)
+ROW_Q32(row_q8_0_512, TARGET512, GROUP512, 34, q8_0_quants, dot_s8_vnni)
 
 /* Plain float weights (F32 / F16 matrices are rare in these files): widen and multiply-add, 8 lanes then a sum. */
 TARGET static void row_float(int type, const uint8_t *w, const float *const *x, int nx, int64_t K, float *out) {
