@@ -3,6 +3,12 @@ positions (issue 26: the batch-invariant default), for each runtime.linear_kerne
 
     python bench/batch_invariance.py --model resources/models/qwen2.5-coder-1.5b-instruct \
         --kernels invariant auto --prompts 3 --tokens 32 --out results/tables/batch_invariance.csv
+    python bench/batch_invariance.py --gguf resources/gguf/qwen2.5-coder-1.5b-instruct.gguf \
+        --prompts-dir results/gguf/prompts --out results/gguf/tables/batch_invariance.csv
+
+With --gguf the file runs on the lean engine once per quantized product kernel this CPU has (--kernels names them;
+default: all), and each kernel's one-token steps are also compared with the first kernel's
+(`identical_to_first_kernel`: the kernels claim the same bits).
 
 Per prompt of each domain (results/prompts/{domain}.parquet): the prompt pass, then `--tokens` greedy one-token
 steps (the reference rows); then, for each m, the same tokens fed in passes of m after the same prompt pass, every
@@ -11,6 +17,7 @@ row compared with the step's. Not a timing: it may share the machine."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import time
 from pathlib import Path
 
@@ -42,38 +49,60 @@ def compare(session, prompt: list[int], tokens: int, ms: list[int]) -> list[dict
         rows.append({"m": m, "positions": tokens, "identical": sum(same),
                      "max_abs_diff": float((passes - steps).abs().max()),
                      "argmax_flips": int((passes.argmax(-1) != steps.argmax(-1)).sum())})
-    return rows
+    return rows, steps
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default="resources/models/qwen2.5-coder-1.5b-instruct")
-    parser.add_argument("--kernels", nargs="+", default=["invariant", "auto"])
+    parser.add_argument("--gguf", default=None, help="a GGUF file: run it on the lean engine, per product kernel")
+    parser.add_argument("--kernels", nargs="+", default=None,
+                        help="linear kernels (default invariant auto), or with --gguf product kernels (default all)")
     parser.add_argument("--domains", nargs="+", default=["code", "factual", "prose", "dialogue"])
     parser.add_argument("--prompts", type=int, default=3)
+    parser.add_argument("--prompts-dir", default="results/prompts")
     parser.add_argument("--tokens", type=int, default=32)
     parser.add_argument("--m", nargs="+", type=int, default=[2, 3, 5, 9, 16])
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--out", default="results/tables/batch_invariance.csv")
     args = parser.parse_args()
-    records = []
-    for kernel in args.kernels:
-        model, _ = load_for_decoding(args.model, Runtime(linear_kernel=kernel, threads=args.threads))
-        session = CachedLM(model)
-        for domain in args.domains:
-            prompts = pd.read_parquet(f"results/prompts/{domain}.parquet").head(args.prompts)
-            for prompt_id, ids in zip(prompts["prompt_id"], prompts["input_ids"]):
-                start = time.time()
-                for row in compare(session, [int(t) for t in ids], args.tokens, args.m):
-                    records.append({"model": Path(args.model).name, "linear_kernel": kernel, "domain": domain,
-                                    "prompt_id": prompt_id, **row})
-                print(f"{kernel} {domain} {prompt_id}: {time.time() - start:.0f} s", flush=True)
-        del model, session
+    torch.set_num_threads(args.threads)
+    if args.gguf:
+        from specdec import quant
+        from specdec.lean import LeanLM
+
+        kernels = args.kernels or list(quant.kernels())
+        lean = LeanLM(args.gguf)
+        sessions = {kernel: (lambda kernel=kernel: quant.use_kernel(kernel), lambda: lean) for kernel in kernels}
+        model_name = Path(args.gguf).name
+    else:
+        kernels = args.kernels or ["invariant", "auto"]
+        sessions = {kernel: (contextlib.nullcontext, lambda kernel=kernel: CachedLM(load_for_decoding(
+            args.model, Runtime(linear_kernel=kernel, threads=args.threads))[0])) for kernel in kernels}
+        model_name = Path(args.model).name
+    records, first_steps = [], {}
+    for kernel in kernels:
+        context, make_session = sessions[kernel]
+        session = make_session()
+        with context():
+            for domain in args.domains:
+                prompts = pd.read_parquet(f"{args.prompts_dir}/{domain}.parquet").head(args.prompts)
+                for prompt_id, ids in zip(prompts["prompt_id"], prompts["input_ids"]):
+                    start = time.time()
+                    rows, steps = compare(session, [int(t) for t in ids], args.tokens, args.m)
+                    first = first_steps.setdefault(prompt_id, steps)
+                    same_as_first = sum(torch.equal(a, b) for a, b in zip(steps, first))
+                    for row in rows:
+                        records.append({"model": model_name, "linear_kernel": kernel, "domain": domain,
+                                        "prompt_id": prompt_id, **row,
+                                        "identical_to_first_kernel": same_as_first})
+                    print(f"{kernel} {domain} {prompt_id}: {time.time() - start:.0f} s", flush=True)
+        del session
     table = pd.DataFrame(records)
     write_csv(table, args.out)
-    summary = table.groupby(["linear_kernel", "m"])[["positions", "identical", "argmax_flips"]].sum()
+    summary = table.groupby(["linear_kernel", "m"])[["positions", "identical", "argmax_flips",
+                                                      "identical_to_first_kernel"]].sum()
     print(summary.to_string())
-
 
 if __name__ == "__main__":
     main()
