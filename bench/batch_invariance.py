@@ -71,20 +71,18 @@ def main() -> None:
         from specdec import quant
         from specdec.lean import LeanLM
 
-        kernels = args.kernels or list(quant.kernels())
-        lean = LeanLM(args.gguf)
-        sessions = {kernel: (lambda kernel=kernel: quant.use_kernel(kernel), lambda: lean) for kernel in kernels}
-        model_name = Path(args.gguf).name
+        kernels, model_name = args.kernels or list(quant.kernels()), Path(args.gguf).name
+        lean = LeanLM(args.gguf)  # one session: the kernel is chosen per block of work, not per load
     else:
-        kernels = args.kernels or ["invariant", "auto"]
-        sessions = {kernel: (contextlib.nullcontext, lambda kernel=kernel: CachedLM(load_for_decoding(
-            args.model, Runtime(linear_kernel=kernel, threads=args.threads))[0])) for kernel in kernels}
-        model_name = Path(args.model).name
+        kernels, model_name = args.kernels or ["invariant", "auto"], Path(args.model).name
     records, first_steps = [], {}
     for kernel in kernels:
-        context, make_session = sessions[kernel]
-        session = make_session()
-        with context():
+        if args.gguf:
+            session, context = lean, quant.use_kernel(kernel)
+        else:
+            runtime = Runtime(linear_kernel=kernel, threads=args.threads)
+            session, context = CachedLM(load_for_decoding(args.model, runtime)[0]), contextlib.nullcontext()
+        with context:
             for domain in args.domains:
                 prompts = pd.read_parquet(f"{args.prompts_dir}/{domain}.parquet").head(args.prompts)
                 for prompt_id, ids in zip(prompts["prompt_id"], prompts["input_ids"]):
@@ -103,6 +101,7 @@ def main() -> None:
     summary = table.groupby(["linear_kernel", "m"])[["positions", "identical", "argmax_flips",
                                                       "identical_to_first_kernel"]].sum()
     print(summary.to_string())
+
 
 if __name__ == "__main__":
     main()

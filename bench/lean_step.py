@@ -60,5 +60,6 @@ def main() -> None:
         print(f"{kernel:12s} m {m:2d}: {median * 1e3:7.1f} ms [{min(t) * 1e3:.1f}, {max(t) * 1e3:.1f}]  "
               f"x{median / floor:.2f} floor  T(m)/T(1) {median / one:.2f}")
 
+
 if __name__ == "__main__":
     main()

@@ -173,10 +173,10 @@ static int check_plan(const int64_t *plan, int64_t n_layers, const dims_t *c) {
 }
 
 /* forward(plan, n_layers, n_fields, h, rows, start, hidden, heads, kv_heads, head_dim, ffn, max_length, cos, sin,
- * eps, scale, threads, seconds, kernel): run the plan's layers over h (rows x hidden fp32, in place) at positions start..;
- * writes their keys and values into each layer's cache. seconds: 0, or n_layers doubles that get each layer's wall
- * time (every thread of a layer's products has joined when it returns). specdec/fused_layers.py checks every tensor
- * first; kernel: a product kernel's name (_quant_kernels.h). */
+ * eps, scale, threads, seconds, kernel): run the plan's layers over h (rows x hidden fp32, in place) at positions
+ * start..; writes their keys and values into each layer's cache. seconds: 0, or n_layers doubles that get each
+ * layer's wall time (every thread of a layer's products has joined when it returns). kernel: a product kernel's name
+ * (_quant_kernels.h). specdec/fused_layers.py checks every tensor first. */
 static PyObject *py_forward(PyObject *self, PyObject *args) {
     unsigned long long plan_addr, h_addr, cos_addr, sin_addr, seconds_addr;
     long long n_layers, n_fields, rows, start;
@@ -187,9 +187,7 @@ static PyObject *py_forward(PyObject *self, PyObject *args) {
                           &hidden, &heads, &kv_heads, &head_dim, &ffn, &max_length, &cos_addr, &sin_addr, &c.eps,
                           &c.scale, &c.threads, &seconds_addr, &kernel_name))
         return NULL;
-    c.kernel = -1;
-    for (int k = 0; k < N_KERNELS; k++)
-        if (!strcmp(kernel_name, KERNEL_NAMES[k])) c.kernel = k;
+    c.kernel = kernel_by_name(kernel_name);
     if (c.kernel < 0 || !kernel_supported(c.kernel)) {
         PyErr_Format(PyExc_ValueError, "%s is not a product kernel this CPU runs", kernel_name);
         return NULL;

@@ -51,14 +51,12 @@ static PyObject *py_dequantize(PyObject *self, PyObject *args) {
 
 /* The kernel named `name` where this CPU runs it; else -1 with a ValueError naming the ones it does. */
 static int parse_kernel(const char *name) {
-    for (int k = 0; k < N_KERNELS; k++)
-        if (!strcmp(name, KERNEL_NAMES[k])) {
-            if (kernel_supported(k)) return k;
-            PyErr_Format(PyExc_ValueError, "this CPU cannot run the %s product kernel", name);
-            return -1;
-        }
-    PyErr_Format(PyExc_ValueError, "unknown product kernel %s (kernels: avx2, avx512-vnni)", name);
-    return -1;
+    const int kernel = kernel_by_name(name);
+    if (kernel < 0)
+        PyErr_Format(PyExc_ValueError, "unknown product kernel %s (kernels: avx2, avx512-vnni)", name);
+    else if (!kernel_supported(kernel))
+        PyErr_Format(PyExc_ValueError, "this CPU cannot run the %s product kernel", name);
+    return kernel < 0 || !kernel_supported(kernel) ? -1 : kernel;
 }
 
 /* matmul(type, w, row_bytes, x, b or 0, y, N, K, M, threads, kernel); specdec/quant.py checks every tensor first. */

@@ -47,6 +47,13 @@ static const int BLOCK_BYTES[N_TYPES] = {144, 210, 22, 34, 4, 2};
 enum kernel { KERNEL_AVX2, KERNEL_AVX512_VNNI, N_KERNELS };
 static const char *KERNEL_NAMES[N_KERNELS] = {"avx2", "avx512-vnni"};
 
+/* The kernel code of a name, or -1 for a name that is none of KERNEL_NAMES (whether this CPU runs it aside). */
+static inline int kernel_by_name(const char *name) {
+    for (int k = 0; k < N_KERNELS; k++)
+        if (!strcmp(name, KERNEL_NAMES[k])) return k;
+    return -1;
+}
+
 static inline int kernel_supported(int kernel) {
 #ifdef SPECDEC_X86
     if (kernel == KERNEL_AVX2) return specdec_avx2_supported();
@@ -511,8 +518,8 @@ static int is_k_quant(int type) { return type == Q4_K || type == Q6_K; }
  * one that kernel_supported() accepts (the caller checks). */
 TARGET static int matmul(int type, const uint8_t *w, int64_t stride, const float *x, const float *bias, float *y,
                          int64_t ldy, int64_t N, int64_t K, int64_t M, int threads, int kernel) {
-    const int wide = kernel == KERNEL_AVX512_VNNI;
-    const int64_t groups = (M + (wide ? GROUP512 : GROUP) - 1) / (wide ? GROUP512 : GROUP);
+    const int wide = kernel == KERNEL_AVX512_VNNI, group = wide ? GROUP512 : GROUP;
+    const int64_t groups = (M + group - 1) / group;
     void *acts = NULL;
     const void **rows = malloc(sizeof(void *) * M);
     if (!rows) return -1;
@@ -541,9 +548,9 @@ TARGET static int matmul(int type, const uint8_t *w, int64_t stride, const float
         for (int64_t off = PREFETCH_BYTES; off < PREFETCH_BYTES + stride && n * stride + off < N * stride; off += 64)
             _mm_prefetch((const char *)(wn + off), _MM_HINT_T0);
         /* the inputs in as few groups as the kernel's registers allow, of even sizes (9 rows: 5 + 4) */
-        for (int64_t g = 0, i0 = 0, nx = 0; g < groups; g++, i0 += nx) {
-            nx = M / groups + (g < M % groups);
-            float out[GROUP512] = {0};
+        for (int64_t g = 0, i0 = 0; g < groups; g++) {
+            const int nx = (int)(M / groups + (g < M % groups));
+            float out[GROUP512];
             switch (type) {
             case Q4_K: (wide ? row_q4_k_512_for : row_q4_k_for)[nx](wn, (const act_k *const *)(rows + i0), K, out); break;
             case Q6_K: (wide ? row_q6_k_512_for : row_q6_k_for)[nx](wn, (const act_k *const *)(rows + i0), K, out); break;
@@ -552,6 +559,7 @@ TARGET static int matmul(int type, const uint8_t *w, int64_t stride, const float
             default: row_float(type, wn, (const float *const *)(rows + i0), nx, K, out); break;
             }
             for (int i = 0; i < nx; i++) y[(i0 + i) * ldy + n] = bias ? out[i] + bias[n] : out[i];
+            i0 += nx;
         }
     }
     free(acts);

@@ -14,6 +14,7 @@ reference (tests/test_quant.py compares every type bit for bit).
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 
 import numpy as np
@@ -41,6 +42,7 @@ KERNEL_ENV = "SPECDEC_QUANT_KERNEL"
 _kernel_override: str | None = None  # set by use_kernel
 
 
+@functools.cache  # the CPU's instruction sets do not change: asked once, not on every product
 def kernels() -> tuple[str, ...]:
     """The product kernels this CPU runs, slowest first: "avx2", then "avx512-vnni" where the CPU has AVX-512 BW, VL
     and VNNI. Every one gives the same bits (tests/test_quant.py), so the choice changes speed only."""
