@@ -53,7 +53,7 @@ static PyObject *py_dequantize(PyObject *self, PyObject *args) {
 static int parse_kernel(const char *name) {
     const int kernel = kernel_by_name(name);
     if (kernel < 0)
-        PyErr_Format(PyExc_ValueError, "unknown product kernel %s (kernels: avx2, avx512-vnni)", name);
+        PyErr_Format(PyExc_ValueError, "unknown product kernel %s (kernels: avx2, avx512-vnni, amx)", name);
     else if (!kernel_supported(kernel))
         PyErr_Format(PyExc_ValueError, "this CPU cannot run the %s product kernel", name);
     return kernel < 0 || !kernel_supported(kernel) ? -1 : kernel;

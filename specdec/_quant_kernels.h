@@ -1,12 +1,13 @@
 /* Products of GGUF-quantized weights with the few activation rows of a decoding step or a verify pass, and the
- * weights' exact dequantisation (x86: AVX2 + FMA + F16C, and AVX-512 VNNI where the CPU has it).
+ * weights' exact dequantisation (x86: AVX2 + FMA + F16C; AVX-512 VNNI and AMX where the CPU has them).
  *
  * Weights stay in the file's ggml blocks: Q4_K (256 values: fp16 d, dmin; 6-bit scale and min per 32; 4-bit quants),
  * Q6_K (256: 4+2-bit quants, int8 scale per 16, fp16 d), Q5_0 (32: fp16 d, 5-bit quants), Q8_0 (32: fp16 d, int8).
  * Each activation row is quantised on its own to 8 bits: per 256 values (for the K-quants, with the sum of every 16
  * for their offsets) or per 32 (for Q5_0 and Q8_0). A block's dot product runs in integers (maddubs/madd: exact, in
- * any order); each output's float accumulation is one 8-lane vector updated block after block, then one horizontal
- * sum (and, for Q4_K, a scalar sum of the mins' term), in an order that depends only on K. So a row's result is
+ * any order); each output's float accumulation is one 8-lane vector updated block after block (Q4_K: block b into
+ * lane b mod 8, from the block's two exact integer totals, q4k_flush), then one horizontal sum, in an order that
+ * depends only on K. So a row's result is
  * the same bits whichever rows share the call, however they are grouped, on any thread count (threads split the
  * output rows): the batch invariance a verify pass needs to equal one-token steps (tests/test_quant.py).
  *
@@ -14,8 +15,9 @@
  * that share each unpacked piece of the weight row; a row (at most a few kilobytes) is read from memory once per call
  * whatever the number of inputs, and the bytes 1 KB ahead of it are prefetched while it is multiplied.
  *
- * Two kernels, the same bits: AVX2 (any x86 CPU with AVX2, FMA, F16C) and AVX-512 BW/VL/VNNI where the CPU has it
- * (below: the same integer lanes and the same float epilogue); the caller names one (kernel_supported).
+ * Three kernels, the same bits: AVX2 (any x86 CPU with AVX2, FMA, F16C), AVX-512 BW/VL/VNNI where the CPU has it
+ * (below: the same integer lanes and the same float epilogue) and AMX (AVX-512 rows, and Q4_K passes of three or more
+ * rows on tiles that form the same integers); the caller names one (kernel_supported).
  *
  * Dequantisation reproduces the gguf package's reference formulas operation by operation (this file is built with
  * -ffp-contract=off: no multiply-add is fused unless written so), bit for bit.
@@ -44,8 +46,8 @@ static const int BLOCK_BYTES[N_TYPES] = {144, 210, 22, 34, 4, 2};
 
 /* The product kernels, best last: which one runs is the caller's choice among those the CPU supports
  * (kernel_supported); all give the same bits. */
-enum kernel { KERNEL_AVX2, KERNEL_AVX512_VNNI, N_KERNELS };
-static const char *KERNEL_NAMES[N_KERNELS] = {"avx2", "avx512-vnni"};
+enum kernel { KERNEL_AVX2, KERNEL_AVX512_VNNI, KERNEL_AMX, N_KERNELS };
+static const char *KERNEL_NAMES[N_KERNELS] = {"avx2", "avx512-vnni", "amx"};
 
 /* The kernel code of a name, or -1 for a name that is none of KERNEL_NAMES (whether this CPU runs it aside). */
 static inline int kernel_by_name(const char *name) {
@@ -54,12 +56,33 @@ static inline int kernel_by_name(const char *name) {
     return -1;
 }
 
+#ifdef SPECDEC_X86
+#include <cpuid.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#define SPECDEC_ARCH_REQ_XCOMP_PERM 0x1023 /* Linux: ask for the AMX tile state (asm/prctl.h) */
+#define SPECDEC_XFEATURE_XTILEDATA 18
+
+/* Whether the CPU has AMX-TILE and AMX-INT8 and Linux lets this process use them (asked once per process). */
+static int amx_usable(void) {
+    static int usable = -1;
+    if (usable < 0) {
+        unsigned a, b, c, d;
+        const int cpu = __get_cpuid_count(7, 0, &a, &b, &c, &d) && (d >> 24 & 1) && (d >> 25 & 1);
+        usable = cpu && syscall(SYS_arch_prctl, SPECDEC_ARCH_REQ_XCOMP_PERM, SPECDEC_XFEATURE_XTILEDATA) == 0;
+    }
+    return usable;
+}
+
+#endif
+
 static inline int kernel_supported(int kernel) {
 #ifdef SPECDEC_X86
     if (kernel == KERNEL_AVX2) return specdec_avx2_supported();
     if (kernel == KERNEL_AVX512_VNNI)
         return specdec_avx2_supported() && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni");
+    if (kernel == KERNEL_AMX) return kernel_supported(KERNEL_AVX512_VNNI) && amx_usable();
 #endif
     return 0;
 }
@@ -227,21 +250,49 @@ TARGET static inline __m256i q4k_scales_mins(const uint8_t *packed) {
     return _mm256_cvtepu8_epi16(_mm_set_epi32((int)u[3], (int)u[2], (int)u[1], (int)u[0]));
 }
 
-/* A K-quant block's float epilogue for one input, and an output's final sums: shared by the AVX2 and AVX-512 row
- * functions (which differ only in how they form each block's eight integer lanes), so that their bits agree. Q4_K:
- * the lanes times d x the input's scale, and the eight mins against the input's sums per 32 times dmin. */
-TARGET static inline __attribute__((always_inline)) void q4k_accumulate(__m256 *acc, __m128 *mins, float d, float dmin,
-                                                                        const act_k *a, __m256i lanes, __m128i min8) {
+/* Q4_K's float epilogue, shared by every kernel (the AVX2 and AVX-512 row functions, which form each block's integers
+ * as eight lanes, and the AMX tiles, which form them as whole sums), so that their bits agree. A block's two integers
+ * are exact whatever computed them: S, the quants times their 6-bit scales times the input's quants, and Mn, the
+ * eight mins times the input's sums per 32. They enter eight float accumulators per output, block b into lane
+ * b mod 8: acc += (d x the input's scale) S, then acc -= (dmin x the input's scale) Mn, each rounded once; the
+ * result is hsum8 of the eight (one fixed order). Eight blocks' integers are summed at once (a tree of hadds), so
+ * that a row of one input pays little for them, and the tiles' 16 inputs run the same operations lane by lane. */
+typedef struct {
+    int32_t s[8][8]; /* the integer lanes of each of eight blocks (only their sum counts) */
+    int32_t m[8][4]; /* the mins' four lanes */
+    float dx[8];     /* the input's scale in each block */
+} q4k_stash;
+
+TARGET static inline __attribute__((always_inline)) void q4k_keep(q4k_stash *st, int slot, const act_k *a,
+                                                                  __m256i lanes, __m128i min8) {
     const __m128i sums32 = _mm_hadd_epi16(_mm_loadu_si128((const __m128i *)a->sums),
                                           _mm_loadu_si128((const __m128i *)(a->sums + 8)));
-    *acc = _mm256_fmadd_ps(_mm256_set1_ps(d * a->d), _mm256_cvtepi32_ps(lanes), *acc);
-    *mins = _mm_fmadd_ps(_mm_set1_ps(dmin * a->d), _mm_cvtepi32_ps(_mm_madd_epi16(min8, sums32)), *mins);
+    _mm256_storeu_si256((__m256i *)st->s[slot], lanes);
+    _mm_storeu_si128((__m128i *)st->m[slot], _mm_madd_epi16(min8, sums32));
+    st->dx[slot] = a->d;
 }
 
-TARGET static inline __attribute__((always_inline)) float q4k_result(__m256 acc, __m128 mins) {
-    __m128 m = _mm_add_ps(mins, _mm_movehl_ps(mins, mins));
-    m = _mm_add_ss(m, _mm_movehdup_ps(m));
-    return hsum8(acc) - _mm_cvtss_f32(m);
+/* The kept blocks (slots 0 .. count - 1; d8 and dmin8 their weights' scales) into the eight accumulators. */
+TARGET static inline __attribute__((always_inline)) __m256 q4k_flush(q4k_stash *st, float *d8, float *dmin8,
+                                                                     int count, __m256 acc) {
+    for (int slot = count; slot < 8; slot++) { /* a last, partial eight: empty slots add +0 (acc is never -0) */
+        memset(st->s[slot], 0, sizeof st->s[slot]);
+        memset(st->m[slot], 0, sizeof st->m[slot]);
+        st->dx[slot] = d8[slot] = dmin8[slot] = 0.0f;
+    }
+    const __m256i *s = (const __m256i *)st->s;
+    const __m256i g0 = _mm256_hadd_epi32(_mm256_hadd_epi32(_mm256_loadu_si256(s), _mm256_loadu_si256(s + 1)),
+                                         _mm256_hadd_epi32(_mm256_loadu_si256(s + 2), _mm256_loadu_si256(s + 3)));
+    const __m256i g1 = _mm256_hadd_epi32(_mm256_hadd_epi32(_mm256_loadu_si256(s + 4), _mm256_loadu_si256(s + 5)),
+                                         _mm256_hadd_epi32(_mm256_loadu_si256(s + 6), _mm256_loadu_si256(s + 7)));
+    const __m256i S = _mm256_add_epi32(_mm256_permute2x128_si256(g0, g1, 0x20), _mm256_permute2x128_si256(g0, g1, 0x31));
+    const __m256i *m = (const __m256i *)st->m; /* two blocks' four lanes per register */
+    const __m256i f = _mm256_hadd_epi32(_mm256_hadd_epi32(_mm256_loadu_si256(m), _mm256_loadu_si256(m + 1)),
+                                        _mm256_hadd_epi32(_mm256_loadu_si256(m + 2), _mm256_loadu_si256(m + 3)));
+    const __m256i M = _mm256_permutevar8x32_epi32(f, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+    const __m256 dx = _mm256_loadu_ps(st->dx);
+    acc = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_loadu_ps(d8), dx), _mm256_cvtepi32_ps(S), acc);
+    return _mm256_fnmadd_ps(_mm256_mul_ps(_mm256_loadu_ps(dmin8), dx), _mm256_cvtepi32_ps(M), acc);
 }
 
 /* Q6_K: the quants' offset of 32 (times each scale and the sum of its 16 activations) off the lanes, then the lanes
@@ -256,11 +307,13 @@ TARGET static inline __attribute__((always_inline)) void q6k_accumulate(__m256 *
 TARGET static inline __attribute__((always_inline)) void row_q4_k(const uint8_t *w, const act_k *const *x, int nx,
                                                                    int64_t K, float *out) {
     __m256 acc[GROUP];
-    __m128 mins[GROUP];
-    for (int i = 0; i < nx; i++) acc[i] = _mm256_setzero_ps(), mins[i] = _mm_setzero_ps();
+    q4k_stash stash[GROUP];
+    float d8[8], dmin8[8];
+    for (int i = 0; i < nx; i++) acc[i] = _mm256_setzero_ps();
     const __m256i low4 = _mm256_set1_epi8(0x0F);
     for (int64_t b = 0; b < K / QK; b++, w += 144) {
-        const float d = half(w), dmin = half(w + 2);
+        const int slot = (int)(b & 7);
+        d8[slot] = half(w), dmin8[slot] = half(w + 2);
         const __m256i scales_mins = q4k_scales_mins(w + 4);
         const __m256i scales = _mm256_broadcastsi128_si256(_mm256_castsi256_si128(scales_mins));
         const __m128i min8 = _mm256_extracti128_si256(scales_mins, 1);
@@ -278,9 +331,11 @@ TARGET static inline __attribute__((always_inline)) void row_q4_k(const uint8_t 
                 sums[i] = _mm256_add_epi32(sums[i], _mm256_add_epi32(_mm256_madd_epi16(a, s_lo), _mm256_madd_epi16(c, s_hi)));
             }
         }
-        for (int i = 0; i < nx; i++) q4k_accumulate(&acc[i], &mins[i], d, dmin, &x[i][b], sums[i], min8);
+        for (int i = 0; i < nx; i++) q4k_keep(&stash[i], slot, &x[i][b], sums[i], min8);
+        if (slot == 7 || b == K / QK - 1)
+            for (int i = 0; i < nx; i++) acc[i] = q4k_flush(&stash[i], d8, dmin8, slot + 1, acc[i]);
     }
-    for (int i = 0; i < nx; i++) out[i] = q4k_result(acc[i], mins[i]);
+    for (int i = 0; i < nx; i++) out[i] = hsum8(acc[i]);
 }
 
 TARGET static inline __attribute__((always_inline)) void row_q6_k(const uint8_t *w, const act_k *const *x, int nx,
@@ -371,8 +426,9 @@ ROW_Q32(row_q8_0, TARGET, GROUP, 34, q8_0_quants, dot_s8)
  * products summed into int32). Every integer sum is exact, and lane l of the 16 int32 lanes holds the products of
  * bytes 4l..4l+3 (mod 32) of its piece, so folding the upper eight lanes onto the lower eight at the end of a block
  * gives each of the AVX2 code's eight lanes exactly its integer; the float epilogue (one 8-lane multiply-add per
- * block, the same horizontal sums) is the AVX2 code's own (q4k_accumulate, q6k_accumulate, the ROW_Q32 body). So a row's result is the same
- * bits on either variant (tests/test_quant.py), and batch invariance holds across them too. */
+ * block, the same horizontal sums) is the AVX2 code's own (q4k_keep / q4k_flush, q6k_accumulate, the ROW_Q32
+ * body). So a row's result is the same bits on either variant (tests/test_quant.py), and batch invariance holds
+ * across them too. */
 #define TARGET512 __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")))
 
 /* vpermw indices: int16 lanes 0-15 take element 2p, lanes 16-31 element 2p + 1 (Q4_K: a piece's two scales, its low
@@ -402,11 +458,13 @@ TARGET512 static inline __m512i join(__m256i lo, __m256i hi) {
 TARGET512 static inline __attribute__((always_inline)) void row_q4_k_512(const uint8_t *w, const act_k *const *x,
                                                                          int nx, int64_t K, float *out) {
     __m256 acc[GROUP512];
-    __m128 mins[GROUP512];
-    for (int i = 0; i < nx; i++) acc[i] = _mm256_setzero_ps(), mins[i] = _mm_setzero_ps();
+    q4k_stash stash[GROUP512];
+    float d8[8], dmin8[8];
+    for (int i = 0; i < nx; i++) acc[i] = _mm256_setzero_ps();
     const __m512i low4 = _mm512_set1_epi8(0x0F);
     for (int64_t b = 0; b < K / QK; b++, w += 144) {
-        const float d = half(w), dmin = half(w + 2);
+        const int slot = (int)(b & 7);
+        d8[slot] = half(w), dmin8[slot] = half(w + 2);
         const __m256i scales_mins = q4k_scales_mins(w + 4);
         const __m512i scales = _mm512_castsi256_si512(scales_mins);
         const __m128i min8 = _mm256_extracti128_si256(scales_mins, 1);
@@ -422,9 +480,11 @@ TARGET512 static inline __attribute__((always_inline)) void row_q4_k_512(const u
                 sums[i] = _mm512_dpwssd_epi32(sums[i], a, scale);
             }
         }
-        for (int i = 0; i < nx; i++) q4k_accumulate(&acc[i], &mins[i], d, dmin, &x[i][b], fold16(sums[i]), min8);
+        for (int i = 0; i < nx; i++) q4k_keep(&stash[i], slot, &x[i][b], fold16(sums[i]), min8);
+        if (slot == 7 || b == K / QK - 1)
+            for (int i = 0; i < nx; i++) acc[i] = q4k_flush(&stash[i], d8, dmin8, slot + 1, acc[i]);
     }
-    for (int i = 0; i < nx; i++) out[i] = q4k_result(acc[i], mins[i]);
+    for (int i = 0; i < nx; i++) out[i] = hsum8(acc[i]);
 }
 
 TARGET512 static inline __attribute__((always_inline)) void row_q6_k_512(const uint8_t *w, const act_k *const *x,
@@ -512,13 +572,189 @@ SPECIALISE8(row_q5_0_512, act_32, TARGET512)
 SPECIALISE8(row_q8_0_512, act_32, TARGET512)
 
 
+/* --- Q4_K products on AMX tiles (Intel Xeon 4th generation and later): the same bits, for verify passes -------------
+ * A tile multiply (tdpbusd) sums 16 x 16 x 64 products of unsigned and signed bytes into int32 in one instruction,
+ * sixteen times vpdpbusd's work: with it the extra rows of a verify pass cost nearly nothing beside the weights'
+ * reading. It cannot apply a Q4_K block's eight 6-bit scales inside its sums, so each scale is split in two 3-bit
+ * halves, sc = lo + 8 hi, and the weights enter twice, as the bytes q lo and q hi (at most 15 x 7 = 105, made by
+ * one 16-bit multiply per 32 pairs: neither byte's product carries into the other): over a block's 256 values
+ * C1 = sum(q lo x) and C2 = sum(q hi x), and S = C1 + 8 C2 is exactly the integer the row functions form. The mins'
+ * integer Mn comes from vpdpwssd on the inputs' sums, and both enter q4k_flush's float epilogue, here on the 16
+ * inputs of a tile at once (one lane each, the same operations), so a row's result is the AVX2 kernel's bits.
+ *
+ * Layout: C (tile 0, 1) is 16 outputs x up to 16 inputs; A (tiles 2, 3) 16 outputs x 64 weights of one block (the
+ * file's nibbles unpacked in value order, scaled); B (tile 4) the inputs' 64 quants of the same values, four
+ * consecutive ones per int32 (the layout tdpbusd reads). A call's outputs go 16 at a time to the threads; a group's
+ * 16 weight rows are read once, block by block (the next group's rows prefetched meanwhile), each block unpacked
+ * into an 8 KB buffer that stays in L1 while the tiles of the block before run, and multiplied with every input.
+ * Outputs past the last full group of 16, calls with fewer than AMX_MIN_INPUTS rows and every other type run the
+ * AVX-512 row functions, which give the same bits. Measured on the Intel Xeon (docs/quantized.md): an extra row
+ * costs the tiles almost nothing, but a block's unpacking (two scaled copies) makes a pass of 3 rows cost what the
+ * row functions' 3 rows do; from 3 rows on the tiles are faster, at 9 rows 3x. */
+#define TARGET_AMX __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni,amx-tile,amx-int8")))
+#define AMX_TILE 16       /* outputs per tile, and the most inputs one tile holds */
+#define AMX_MIN_INPUTS 3  /* one or two rows run faster on the AVX-512 row functions (bench/quant_kernel.py, Intel Xeon) */
+
+typedef struct {
+    uint8_t palette, start_row, reserved[14];
+    uint16_t colsb[16];
+    uint8_t rows[16];
+} tile_config;
+
+/* The inputs of one call as the tiles read them (at most AMX_TILE of them): per block b and 64-value piece p, 16
+ * rows of 4 x inputs bytes (B); per block the inputs' scales (16 lanes, zero past the inputs) and their sums per
+ * 32 as int16 pairs (2i, 2i + 1) for vpdpwssd. */
+typedef struct {
+    int inputs;
+    int8_t *b;    /* blocks x 4 pieces x 16 rows x (4 inputs) bytes */
+    float *d;     /* blocks x 16 */
+    int32_t *sum_pairs; /* blocks x 4 pairs x 16 */
+} amx_inputs;
+
+TARGET_AMX static int amx_prepare_inputs(amx_inputs *in, const act_k *const *x, int nx, int64_t K) {
+    const int64_t blocks = K / QK;
+    in->inputs = nx;
+    in->b = malloc((size_t)blocks * 4 * 16 * 4 * nx);
+    in->d = calloc((size_t)blocks * 16, sizeof(float));
+    in->sum_pairs = calloc((size_t)blocks * 4 * 16, sizeof(int32_t));
+    if (!in->b || !in->d || !in->sum_pairs) return -1;
+    for (int64_t b = 0; b < blocks; b++)
+        for (int n = 0; n < nx; n++) {
+            const act_k *a = &x[n][b];
+            for (int p = 0; p < 4; p++)
+                for (int r = 0; r < 16; r++)
+                    memcpy(in->b + (((b * 4 + p) * 16 + r) * nx + n) * 4, a->q + 64 * p + 4 * r, 4);
+            in->d[b * 16 + n] = a->d;
+            for (int i = 0; i < 4; i++) {
+                const int16_t lo = (int16_t)(a->sums[4 * i] + a->sums[4 * i + 1]);
+                const int16_t hi = (int16_t)(a->sums[4 * i + 2] + a->sums[4 * i + 3]);
+                in->sum_pairs[(b * 4 + i) * 16 + n] = (int32_t)(uint16_t)lo | ((int32_t)(uint16_t)hi << 16);
+            }
+        }
+    return 0;
+}
+
+static void amx_free_inputs(amx_inputs *in) {
+    free(in->b);
+    free(in->d);
+    free(in->sum_pairs);
+}
+
+/* One block of a group's 16 weight rows unpacked for the tiles: per piece and output the 64 bytes q lo and q hi
+ * (8 KB, kept in L1), and per output d, dmin and the mins as four int16 pairs. */
+typedef struct {
+    uint8_t lo[4][AMX_TILE][64] __attribute__((aligned(64)));
+    uint8_t hi[4][AMX_TILE][64] __attribute__((aligned(64)));
+    float d[AMX_TILE], dmin[AMX_TILE];
+    int32_t mins[AMX_TILE][4];
+} amx_block;
+
+/* Output o's block at w into u; the same block of the next group's row (ahead) is asked for while this one is
+ * unpacked, so that the group's rows stream from memory in the tiles' order. */
+TARGET_AMX static inline void amx_unpack_block(amx_block *u, int o, const uint8_t *w, const uint8_t *ahead) {
+    const __m512i low4 = _mm512_set1_epi8(0x0F);
+    _mm_prefetch((const char *)ahead, _MM_HINT_T0);
+    _mm_prefetch((const char *)(ahead + 64), _MM_HINT_T0);
+    _mm_prefetch((const char *)(ahead + 128), _MM_HINT_T0);
+    u->d[o] = half(w);
+    u->dmin[o] = half(w + 2);
+    const __m256i scales_mins = q4k_scales_mins(w + 4);
+    _mm_storeu_si128((__m128i *)u->mins[o], _mm256_extracti128_si256(scales_mins, 1));
+    const __m512i scales = _mm512_castsi256_si512(scales_mins);
+    for (int p = 0; p < 4; p++) {
+        const __m256i bytes = _mm256_loadu_si256((const __m256i *)(w + 16 + 32 * p));
+        const __m512i q = _mm512_and_si512(join(bytes, _mm256_srli_epi16(bytes, 4)), low4);
+        const __m512i scale = _mm512_permutexvar_epi16(_mm512_load_si512(HALVES[p]), scales);
+        _mm512_store_si512(u->lo[p][o], _mm512_mullo_epi16(q, _mm512_and_si512(scale, _mm512_set1_epi16(7))));
+        _mm512_store_si512(u->hi[p][o], _mm512_mullo_epi16(q, _mm512_srli_epi16(scale, 3)));
+    }
+}
+
+/* y[i][n0 + o] for the 16 outputs o of one group (rows `stride` bytes apart from w) and every input i: per block the
+ * tiles, then (while they run) the next block's rows unpacked, then the float epilogue on 16 lanes (one per input). */
+TARGET_AMX static void amx_group(const uint8_t *w, int64_t stride, const amx_inputs *in, int64_t blocks,
+                                 const float *bias, float *y, int64_t ldy, int64_t n0, int64_t N16) {
+    const int nx = in->inputs;
+    amx_block u[2]; /* blocks alternate: the next one is unpacked while the tiles still read this one */
+    __m512 acc[AMX_TILE][8]; /* q4k_flush's eight accumulators (block b into b mod 8), each on 16 inputs */
+    for (int o = 0; o < AMX_TILE; o++)
+        for (int l = 0; l < 8; l++) acc[o][l] = _mm512_setzero_ps();
+    int32_t c1[AMX_TILE][AMX_TILE] __attribute__((aligned(64))), c2[AMX_TILE][AMX_TILE] __attribute__((aligned(64)));
+    memset(c1, 0, sizeof c1);
+    memset(c2, 0, sizeof c2);
+    const int64_t ahead = n0 + 2 * AMX_TILE <= N16 ? AMX_TILE * stride : 0; /* the next group's rows, if any */
+    for (int o = 0; o < AMX_TILE; o++) amx_unpack_block(&u[0], o, w + (n0 + o) * stride, w + (n0 + o) * stride + ahead);
+    for (int64_t b = 0; b < blocks; b++) {
+        const amx_block *ub = &u[b & 1];
+        _tile_zero(0);
+        _tile_zero(1);
+        for (int p = 0; p < 4; p++) {
+            _tile_loadd(2, ub->lo[p], 64);
+            _tile_loadd(3, ub->hi[p], 64);
+            _tile_loadd(4, in->b + (size_t)(b * 4 + p) * 16 * 4 * nx, 4 * nx);
+            _tile_dpbusd(0, 2, 4);
+            _tile_dpbusd(1, 3, 4);
+        }
+        if (b + 1 < blocks)
+            for (int o = 0; o < AMX_TILE; o++) {
+                const uint8_t *wb = w + (n0 + o) * stride + (b + 1) * 144;
+                amx_unpack_block(&u[(b + 1) & 1], o, wb, wb + ahead);
+            }
+        _tile_stored(0, c1, 64);
+        _tile_stored(1, c2, 64);
+        const __m512 dx = _mm512_loadu_ps(in->d + b * 16);
+        __m512i pairs[4];
+        for (int i = 0; i < 4; i++) pairs[i] = _mm512_loadu_si512(in->sum_pairs + (b * 4 + i) * 16);
+        for (int o = 0; o < AMX_TILE; o++) {
+            const __m512i S = _mm512_add_epi32(_mm512_load_si512(c1[o]), _mm512_slli_epi32(_mm512_load_si512(c2[o]), 3));
+            __m512i Mn = _mm512_setzero_si512();
+            for (int i = 0; i < 4; i++) Mn = _mm512_dpwssd_epi32(Mn, pairs[i], _mm512_set1_epi32(ub->mins[o][i]));
+            __m512 *a = &acc[o][b & 7];
+            *a = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_set1_ps(ub->d[o]), dx), _mm512_cvtepi32_ps(S), *a);
+            *a = _mm512_fnmadd_ps(_mm512_mul_ps(_mm512_set1_ps(ub->dmin[o]), dx), _mm512_cvtepi32_ps(Mn), *a);
+        }
+    }
+    for (int o = 0; o < AMX_TILE; o++) {
+        const __m512 *a = acc[o]; /* hsum8's order: ((l0 + l4) + (l2 + l6)) + ((l1 + l5) + (l3 + l7)) */
+        float out[AMX_TILE];
+        _mm512_storeu_ps(out, _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(a[0], a[4]), _mm512_add_ps(a[2], a[6])),
+                                            _mm512_add_ps(_mm512_add_ps(a[1], a[5]), _mm512_add_ps(a[3], a[7]))));
+        for (int i = 0; i < nx; i++) y[i * ldy + n0 + o] = bias ? out[i] + bias[n0 + o] : out[i];
+    }
+}
+
+/* The Q4_K product of the first N16 outputs (a multiple of 16) with nx <= AMX_TILE inputs on AMX tiles. */
+TARGET_AMX static int amx_matmul_q4_k(const uint8_t *w, int64_t stride, const act_k *const *x, int nx,
+                                      const float *bias, float *y, int64_t ldy, int64_t N16, int64_t K, int threads) {
+    amx_inputs in;
+    if (amx_prepare_inputs(&in, x, nx, K)) {
+        amx_free_inputs(&in);
+        return -1;
+    }
+#pragma omp parallel num_threads(threads)
+    {
+        tile_config cfg;
+        memset(&cfg, 0, sizeof cfg);
+        cfg.palette = 1;
+        for (int t = 0; t < 5; t++) cfg.rows[t] = 16;
+        cfg.colsb[0] = cfg.colsb[1] = cfg.colsb[4] = (uint16_t)(4 * nx);
+        cfg.colsb[2] = cfg.colsb[3] = 64;
+        _tile_loadconfig(&cfg);
+#pragma omp for schedule(static)
+        for (int64_t g = 0; g < N16 / AMX_TILE; g++) amx_group(w, stride, &in, K / QK, bias, y, ldy, g * AMX_TILE, N16);
+        _tile_release();
+    }
+    amx_free_inputs(&in);
+    return 0;
+}
+
 static int is_k_quant(int type) { return type == Q4_K || type == Q6_K; }
 
 /* y (M x N, rows ldy floats apart) = x (M x K) @ W^T (+ b): W's rows of ggml blocks, `stride` bytes apart; `kernel`
  * one that kernel_supported() accepts (the caller checks). */
 TARGET static int matmul(int type, const uint8_t *w, int64_t stride, const float *x, const float *bias, float *y,
                          int64_t ldy, int64_t N, int64_t K, int64_t M, int threads, int kernel) {
-    const int wide = kernel == KERNEL_AVX512_VNNI, group = wide ? GROUP512 : GROUP;
+    const int wide = kernel != KERNEL_AVX2, group = wide ? GROUP512 : GROUP;
     const int64_t groups = (M + group - 1) / group;
     void *acts = NULL;
     const void **rows = malloc(sizeof(void *) * M);
@@ -540,8 +776,21 @@ TARGET static int matmul(int type, const uint8_t *w, int64_t stride, const float
                 quantize_row_32(x + i * K, (act_32 *)rows[i], K);
         }
     }
+    /* AMX: Q4_K outputs 16 at a time, the inputs in as few tiles as hold them, of even sizes (17 rows: 9 + 8); the
+     * outputs past the last group of 16 go on below (the same bits) */
+    int64_t n_first = 0, failed = 0;
+    if (kernel == KERNEL_AMX && type == Q4_K && M >= AMX_MIN_INPUTS && N >= AMX_TILE) {
+        const int64_t tiles = (M + AMX_TILE - 1) / AMX_TILE;
+        n_first = N / AMX_TILE * AMX_TILE;
+        for (int64_t t = 0, i0 = 0; t < tiles; t++) {
+            const int nx = (int)(M / tiles + (t < M % tiles));
+            failed |= amx_matmul_q4_k(w, stride, (const act_k *const *)(rows + i0), nx, bias, y + i0 * ldy, ldy,
+                                      n_first, K, threads);
+            i0 += nx;
+        }
+    }
 #pragma omp parallel for num_threads(threads) schedule(static)
-    for (int64_t n = 0; n < N; n++) {
+    for (int64_t n = n_first; n < N; n++) {
         const uint8_t *wn = w + n * stride;
         /* ask for the bytes PREFETCH_BYTES ahead of this row now: the row's arithmetic then overlaps their reading
          * (without it a step read the weights at a third of the machine's bandwidth; a prefetch changes no value) */
@@ -552,7 +801,10 @@ TARGET static int matmul(int type, const uint8_t *w, int64_t stride, const float
             const int nx = (int)(M / groups + (g < M % groups));
             float out[GROUP512];
             switch (type) {
-            case Q4_K: (wide ? row_q4_k_512_for : row_q4_k_for)[nx](wn, (const act_k *const *)(rows + i0), K, out); break;
+            case Q4_K:
+                (wide ? row_q4_k_512_for : row_q4_k_for)[nx](
+                    wn, (const act_k *const *)(rows + i0), K, out);
+                break;
             case Q6_K: (wide ? row_q6_k_512_for : row_q6_k_for)[nx](wn, (const act_k *const *)(rows + i0), K, out); break;
             case Q5_0: (wide ? row_q5_0_512_for : row_q5_0_for)[nx](wn, (const act_32 *const *)(rows + i0), K, out); break;
             case Q8_0: (wide ? row_q8_0_512_for : row_q8_0_for)[nx](wn, (const act_32 *const *)(rows + i0), K, out); break;
@@ -564,7 +816,7 @@ TARGET static int matmul(int type, const uint8_t *w, int64_t stride, const float
     }
     free(acts);
     free(rows);
-    return 0;
+    return failed ? -1 : 0;
 }
 #endif
 

@@ -45,7 +45,8 @@ _kernel_override: str | None = None  # set by use_kernel
 @functools.cache  # the CPU's instruction sets do not change: asked once, not on every product
 def kernels() -> tuple[str, ...]:
     """The product kernels this CPU runs, slowest first: "avx2", then "avx512-vnni" where the CPU has AVX-512 BW, VL
-    and VNNI. Every one gives the same bits (tests/test_quant.py), so the choice changes speed only."""
+    and VNNI, then "amx" where it also has AMX-TILE and AMX-INT8 and Linux grants the tile state (Q4_K passes of 3 or
+    more rows on tiles). Every one gives the same bits (tests/test_quant.py), so the choice changes speed only."""
     return tuple(_quant.kernels()) if available() else ()
 
 

@@ -17,7 +17,7 @@ def threads(request):
     torch.set_num_threads(before)
 
 
-ALL_PRODUCT_KERNELS = ("avx2", "avx512-vnni")  # specdec/_quant_kernels.h's, slowest first
+ALL_PRODUCT_KERNELS = ("avx2", "avx512-vnni", "amx")  # specdec/_quant_kernels.h's, slowest first
 
 
 @pytest.fixture(params=ALL_PRODUCT_KERNELS)

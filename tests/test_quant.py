@@ -89,10 +89,12 @@ def test_a_row_is_the_same_bits_whatever_shares_the_call_and_on_any_thread_count
 
 
 @pytest.mark.parametrize("qtype", [*QUANT_TYPES, "F32", "F16"])
-@pytest.mark.parametrize("in_features", [256, 512, 1536])
+@pytest.mark.parametrize("in_features", [256, 512, 1536, 2304])
 def test_every_kernel_gives_the_avx2_kernels_bits(qtype, in_features, kernel, threads):
-    """The AVX-512 kernel folds its 16 integer lanes onto the AVX2 kernel's 8 and keeps its float epilogue: the same
-    bits for every type, ragged output counts, 1..16 rows, on 1 and 2 threads."""
+    """The AVX-512 kernel folds its 16 integer lanes onto the AVX2 kernel's 8 and keeps its float epilogue, and the
+    AMX kernel's tiles (Q4_K, 3..16 rows, the first 32 of the 45 outputs) form the same integer totals: the same bits
+    for every type, ragged output counts, 1..16 rows, blocks per row from 1 to 9 (Q4_K's epilogue takes eight blocks
+    at a time), on 1 and 2 threads."""
     matrix = random_quant_matrix(qtype, 45, in_features, seed=in_features + 3)
     torch.manual_seed(in_features)
     x, bias = torch.randn(16, in_features) * 4, torch.randn(45)
@@ -126,7 +128,7 @@ def test_every_kernel_gives_the_same_bits_on_the_study_files_weights(kernel):
 
 def test_the_kernel_is_chosen_per_machine_and_can_be_named(monkeypatch):
     runnable = quant.kernels()
-    assert runnable[0] == "avx2" and set(runnable) <= {"avx2", "avx512-vnni"}
+    assert runnable[0] == "avx2" and set(runnable) <= {"avx2", "avx512-vnni", "amx"}
     monkeypatch.delenv(quant.KERNEL_ENV, raising=False)
     assert quant.kernel_name() == runnable[-1]  # the fastest this CPU runs
     monkeypatch.setenv(quant.KERNEL_ENV, "avx2")
@@ -154,10 +156,10 @@ def test_the_native_call_checks_the_kernel_it_is_given():
     x, y = torch.randn(1, 64), torch.empty(1, 8)
     with pytest.raises(ValueError, match="unknown product kernel avx3"):
         _quant.matmul("Q8_0", matrix.raw.data_ptr(), 68, x.data_ptr(), 0, y.data_ptr(), 8, 64, 1, 1, "avx3")
-    if "avx512-vnni" not in quant.kernels():
-        with pytest.raises(ValueError, match="cannot run the avx512-vnni product kernel"):
-            _quant.matmul("Q8_0", matrix.raw.data_ptr(), 68, x.data_ptr(), 0, y.data_ptr(), 8, 64, 1, 1,
-                          "avx512-vnni")
+    for name in ("avx512-vnni", "amx"):
+        if name not in quant.kernels():
+            with pytest.raises(ValueError, match=f"cannot run the {name} product kernel"):
+                _quant.matmul("Q8_0", matrix.raw.data_ptr(), 68, x.data_ptr(), 0, y.data_ptr(), 8, 64, 1, 1, name)
 
 
 def test_the_invariance_check_can_fail():
