@@ -34,3 +34,44 @@ def test_draft_ab_table_by_hand():
     assert table.loc["b", "speedup_median"] == pytest.approx(1.0)  # median of 0.5, 1, 2
     assert table.loc["a", "c"] == pytest.approx(0.1) and table.loc["b", "c"] == pytest.approx(0.3)
     assert table.loc["a", "speedup_lo"] <= 3.0 <= table.loc["a", "speedup_hi"]
+
+
+def _kernel_ab():
+    """bench/kernel_ab.py as a module (bench/ is scripts, not a package)."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).parent.parent / "bench" / "kernel_ab.py"
+    spec = importlib.util.spec_from_file_location("kernel_ab", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_kernel_ab_summary_by_hand():
+    """Speedups per prompt over the same kernel's plain run and over the first kernel's, then the median."""
+    kab = _kernel_ab()
+    rows = []
+    plain = {("p0", "k1"): 4.0, ("p1", "k1"): 6.0, ("p2", "k1"): 8.0, ("p0", "k2"): 2.0, ("p1", "k2"): 3.0,
+             ("p2", "k2"): 4.0}
+    spec = {"k1": 2.0, "k2": 1.0}  # k1's draft halves its plain time, k2's does too, and k2 is twice as fast
+    for (prompt, kernel), seconds in plain.items():
+        for method, k, secs in (("plain", 0, seconds), ("model", 4, seconds / 2)):
+            rows.append(dict(prompt_id=prompt, kernel=kernel, method=method, k=k, generation_seconds=secs,
+                             tokens_per_second=100 / secs, prompt_pass_seconds=spec[kernel], acceptance=0.5,
+                             tokens_per_pass=2.0, identical=True))
+    table = kab.summarise(pd.DataFrame(rows), ["k1", "k2"]).set_index(["kernel", "method"])
+    assert table.loc[("k1", "model"), "speedup_own_plain"] == pytest.approx(2.0)
+    assert table.loc[("k2", "model"), "speedup_own_plain"] == pytest.approx(2.0)
+    assert table.loc[("k2", "plain"), "speedup_vs_first_plain"] == pytest.approx(2.0)
+    assert table.loc[("k2", "model"), "speedup_vs_first_plain"] == pytest.approx(4.0)
+    assert table.loc[("k1", "plain"), "prompt_pass_ms"] == pytest.approx(2000.0)
+    assert table["all_identical"].all()
+
+
+def test_kernel_ab_refuses_a_draft_it_does_not_know():
+    kab = _kernel_ab()
+    assert kab.parse_draft("lookup:4") == ("lookup", 4)
+    for bad in ("lookup", "model:0", "tree:2", "model:x"):
+        with pytest.raises(Exception, match="a draft is KIND:K"):
+            kab.parse_draft(bad)
