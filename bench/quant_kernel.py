@@ -65,5 +65,6 @@ def main() -> None:
             print(f"{kind} {group[0].out_features}x{group[0].in_features} {'/'.join(types)} x{len(group)} {kernel}: "
                   f"{line}", flush=True)
 
+
 if __name__ == "__main__":
     main()

@@ -1,4 +1,5 @@
-"""The draft A/B benchmark (bench/draft_ab.py): rows per prompt, k and method on tiny models; its table by hand."""
+"""The A/B benchmarks: the draft A/B (bench/draft_ab.py) on tiny models and its table by hand; the kernel A/B
+(bench/kernel_ab.py): its summary by hand and its draft arguments."""
 
 import pandas as pd
 import pytest
@@ -7,6 +8,7 @@ import torch
 from specdec.drafts import ModelDraft
 from specdec.study.ab import AB_COLUMNS, draft_ab_table, run_draft_ab
 from specdec.testing import perturbed_copy, tiny_qwen2
+from scripts import load_script
 
 
 def test_run_draft_ab_on_tiny_models():
@@ -36,21 +38,9 @@ def test_draft_ab_table_by_hand():
     assert table.loc["a", "speedup_lo"] <= 3.0 <= table.loc["a", "speedup_hi"]
 
 
-def _kernel_ab():
-    """bench/kernel_ab.py as a module (bench/ is scripts, not a package)."""
-    import importlib.util
-    from pathlib import Path
-
-    path = Path(__file__).parent.parent / "bench" / "kernel_ab.py"
-    spec = importlib.util.spec_from_file_location("kernel_ab", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_kernel_ab_summary_by_hand():
     """Speedups per prompt over the same kernel's plain run and over the first kernel's, then the median."""
-    kab = _kernel_ab()
+    kab = load_script("bench/kernel_ab.py")
     rows = []
     plain = {("p0", "k1"): 4.0, ("p1", "k1"): 6.0, ("p2", "k1"): 8.0, ("p0", "k2"): 2.0, ("p1", "k2"): 3.0,
              ("p2", "k2"): 4.0}
@@ -70,7 +60,7 @@ def test_kernel_ab_summary_by_hand():
 
 
 def test_kernel_ab_refuses_a_draft_it_does_not_know():
-    kab = _kernel_ab()
+    kab = load_script("bench/kernel_ab.py")
     assert kab.parse_draft("lookup:4") == ("lookup", 4)
     for bad in ("lookup", "model:0", "tree:2", "model:x"):
         with pytest.raises(Exception, match="a draft is KIND:K"):

@@ -6,9 +6,7 @@ below that same threshold at the same sample size. Seeds are fixed, so the p-val
 """
 
 import copy
-import importlib.util
 import itertools
-from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
@@ -44,8 +42,8 @@ from specdec.study.distribution import (
 )
 from specdec.study.stats import chi_square_gof, chi_square_power, samples_for_power, total_variation
 from specdec.testing import perturbed_copy, tiny_gguf, tiny_qwen2
+from scripts import load_script
 
-ROOT = Path(__file__).resolve().parents[1]
 
 ALPHA = 0.01
 FAMILY_SIZE = 9  # 5 one-step (p, q) pairs + 2 end-to-end settings + 2 memoised-pair checks (fp32 and bf16 draft)
@@ -646,10 +644,7 @@ def test_failures_name_the_test_the_tv_distance_and_the_config_key():
 
 
 def test_distribution_table_stage_reports_no_power_and_fails_a_family_without_power(tmp_path):
-    spec = importlib.util.spec_from_file_location("distribution_table_script",
-                                                  ROOT / "workflow/scripts/distribution_table.py")
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
+    script = load_script("workflow/scripts/distribution_table.py", "distribution_table_script")
     base = {"draft": "d", "prompt_id": "p0", "k": 1, "n_samples": 1000, "chi2": 1.0, "dof": 8, "p_value": 0.5,
             "impossible": 0, "wrong_sampler": "residual drawn from p", "power": 0.3, "target_power": 0.99}
     files = []

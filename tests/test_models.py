@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import importlib.util
 import json
 import zipfile
 from pathlib import Path
@@ -29,8 +28,7 @@ from specdec.study.models import (
     prepare_model,
     read_manifest,
 )
-
-ROOT = Path(__file__).resolve().parents[1]
+from scripts import load_script
 
 
 # ------------------------------------------------------------------------------------------------ fake part wheels
@@ -298,9 +296,7 @@ def test_hf_source_copies_snapshot(tmp_path, monkeypatch):
 
 def test_workflow_script_main(prepared, tmp_path):
     src, _ = prepared
-    spec_ = importlib.util.spec_from_file_location("prepare_model_script", ROOT / "workflow/scripts/prepare_model.py")
-    script = importlib.util.module_from_spec(spec_)
-    spec_.loader.exec_module(script)
+    script = load_script("workflow/scripts/prepare_model.py", "prepare_model_script")
     out = tmp_path / "resources/models/tiny"
     smk = SimpleNamespace(
         log=[str(tmp_path / "log.txt")], output=[str(out)], wildcards={"model": "tiny"},

