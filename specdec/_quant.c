@@ -52,8 +52,14 @@ static PyObject *py_dequantize(PyObject *self, PyObject *args) {
 /* The kernel named `name` where this CPU runs it; else -1 with a ValueError naming the ones it does. */
 static int parse_kernel(const char *name) {
     const int kernel = kernel_by_name(name);
-    if (kernel < 0)
-        PyErr_Format(PyExc_ValueError, "unknown product kernel %s (kernels: avx2, avx512-vnni, amx)", name);
+    if (kernel < 0) {
+        char names[128] = "";
+        for (int k = 0; k < N_KERNELS; k++) {
+            if (k) strncat(names, ", ", sizeof names - strlen(names) - 1);
+            strncat(names, KERNEL_NAMES[k], sizeof names - strlen(names) - 1);
+        }
+        PyErr_Format(PyExc_ValueError, "unknown product kernel %s (kernels: %s)", name, names);
+    }
     else if (!kernel_supported(kernel))
         PyErr_Format(PyExc_ValueError, "this CPU cannot run the %s product kernel", name);
     return kernel < 0 || !kernel_supported(kernel) ? -1 : kernel;

@@ -285,7 +285,8 @@ TARGET static inline __attribute__((always_inline)) __m256 q4k_flush(q4k_stash *
                                          _mm256_hadd_epi32(_mm256_loadu_si256(s + 2), _mm256_loadu_si256(s + 3)));
     const __m256i g1 = _mm256_hadd_epi32(_mm256_hadd_epi32(_mm256_loadu_si256(s + 4), _mm256_loadu_si256(s + 5)),
                                          _mm256_hadd_epi32(_mm256_loadu_si256(s + 6), _mm256_loadu_si256(s + 7)));
-    const __m256i S = _mm256_add_epi32(_mm256_permute2x128_si256(g0, g1, 0x20), _mm256_permute2x128_si256(g0, g1, 0x31));
+    const __m256i S =
+        _mm256_add_epi32(_mm256_permute2x128_si256(g0, g1, 0x20), _mm256_permute2x128_si256(g0, g1, 0x31));
     const __m256i *m = (const __m256i *)st->m; /* two blocks' four lanes per register */
     const __m256i f = _mm256_hadd_epi32(_mm256_hadd_epi32(_mm256_loadu_si256(m), _mm256_loadu_si256(m + 1)),
                                         _mm256_hadd_epi32(_mm256_loadu_si256(m + 2), _mm256_loadu_si256(m + 3)));
@@ -593,7 +594,7 @@ SPECIALISE8(row_q8_0_512, act_32, TARGET512)
  * row functions' 3 rows do; from 3 rows on the tiles are faster, at 9 rows 3x. */
 #define TARGET_AMX __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni,amx-tile,amx-int8")))
 #define AMX_TILE 16       /* outputs per tile, and the most inputs one tile holds */
-#define AMX_MIN_INPUTS 3  /* one or two rows run faster on the AVX-512 row functions (bench/quant_kernel.py, Intel Xeon) */
+#define AMX_MIN_INPUTS 3  /* one or two rows run faster on the AVX-512 row functions (bench/quant_kernel.py) */
 
 typedef struct {
     uint8_t palette, start_row, reserved[14];
@@ -670,6 +671,15 @@ TARGET_AMX static inline void amx_unpack_block(amx_block *u, int o, const uint8_
     }
 }
 
+/* Block b of the group's 16 rows (the first at w + n0 rows, `stride` bytes apart) into u. */
+TARGET_AMX static inline void amx_unpack_group_block(amx_block *u, const uint8_t *w, int64_t stride, int64_t n0,
+                                                     int64_t b, int64_t ahead) {
+    for (int o = 0; o < AMX_TILE; o++) {
+        const uint8_t *wb = w + (n0 + o) * stride + b * 144;
+        amx_unpack_block(u, o, wb, wb + ahead);
+    }
+}
+
 /* y[i][n0 + o] for the 16 outputs o of one group (rows `stride` bytes apart from w) and every input i: per block the
  * tiles, then (while they run) the next block's rows unpacked, then the float epilogue on 16 lanes (one per input). */
 TARGET_AMX static void amx_group(const uint8_t *w, int64_t stride, const amx_inputs *in, int64_t blocks,
@@ -683,7 +693,7 @@ TARGET_AMX static void amx_group(const uint8_t *w, int64_t stride, const amx_inp
     memset(c1, 0, sizeof c1);
     memset(c2, 0, sizeof c2);
     const int64_t ahead = n0 + 2 * AMX_TILE <= N16 ? AMX_TILE * stride : 0; /* the next group's rows, if any */
-    for (int o = 0; o < AMX_TILE; o++) amx_unpack_block(&u[0], o, w + (n0 + o) * stride, w + (n0 + o) * stride + ahead);
+    amx_unpack_group_block(&u[0], w, stride, n0, 0, ahead);
     for (int64_t b = 0; b < blocks; b++) {
         const amx_block *ub = &u[b & 1];
         _tile_zero(0);
@@ -695,18 +705,15 @@ TARGET_AMX static void amx_group(const uint8_t *w, int64_t stride, const amx_inp
             _tile_dpbusd(0, 2, 4);
             _tile_dpbusd(1, 3, 4);
         }
-        if (b + 1 < blocks)
-            for (int o = 0; o < AMX_TILE; o++) {
-                const uint8_t *wb = w + (n0 + o) * stride + (b + 1) * 144;
-                amx_unpack_block(&u[(b + 1) & 1], o, wb, wb + ahead);
-            }
+        if (b + 1 < blocks) amx_unpack_group_block(&u[(b + 1) & 1], w, stride, n0, b + 1, ahead);
         _tile_stored(0, c1, 64);
         _tile_stored(1, c2, 64);
         const __m512 dx = _mm512_loadu_ps(in->d + b * 16);
         __m512i pairs[4];
         for (int i = 0; i < 4; i++) pairs[i] = _mm512_loadu_si512(in->sum_pairs + (b * 4 + i) * 16);
         for (int o = 0; o < AMX_TILE; o++) {
-            const __m512i S = _mm512_add_epi32(_mm512_load_si512(c1[o]), _mm512_slli_epi32(_mm512_load_si512(c2[o]), 3));
+            const __m512i S =
+                _mm512_add_epi32(_mm512_load_si512(c1[o]), _mm512_slli_epi32(_mm512_load_si512(c2[o]), 3));
             __m512i Mn = _mm512_setzero_si512();
             for (int i = 0; i < 4; i++) Mn = _mm512_dpwssd_epi32(Mn, pairs[i], _mm512_set1_epi32(ub->mins[o][i]));
             __m512 *a = &acc[o][b & 7];
@@ -778,7 +785,8 @@ TARGET static int matmul(int type, const uint8_t *w, int64_t stride, const float
     }
     /* AMX: Q4_K outputs 16 at a time, the inputs in as few tiles as hold them, of even sizes (17 rows: 9 + 8); the
      * outputs past the last group of 16 go on below (the same bits) */
-    int64_t n_first = 0, failed = 0;
+    int64_t n_first = 0;
+    int failed = 0;
     if (kernel == KERNEL_AMX && type == Q4_K && M >= AMX_MIN_INPUTS && N >= AMX_TILE) {
         const int64_t tiles = (M + AMX_TILE - 1) / AMX_TILE;
         n_first = N / AMX_TILE * AMX_TILE;
@@ -801,10 +809,7 @@ TARGET static int matmul(int type, const uint8_t *w, int64_t stride, const float
             const int nx = (int)(M / groups + (g < M % groups));
             float out[GROUP512];
             switch (type) {
-            case Q4_K:
-                (wide ? row_q4_k_512_for : row_q4_k_for)[nx](
-                    wn, (const act_k *const *)(rows + i0), K, out);
-                break;
+            case Q4_K: (wide ? row_q4_k_512_for : row_q4_k_for)[nx](wn, (const act_k *const *)(rows + i0), K, out); break;
             case Q6_K: (wide ? row_q6_k_512_for : row_q6_k_for)[nx](wn, (const act_k *const *)(rows + i0), K, out); break;
             case Q5_0: (wide ? row_q5_0_512_for : row_q5_0_for)[nx](wn, (const act_32 *const *)(rows + i0), K, out); break;
             case Q8_0: (wide ? row_q8_0_512_for : row_q8_0_for)[nx](wn, (const act_32 *const *)(rows + i0), K, out); break;
