@@ -630,11 +630,9 @@ TARGET_AMX static int amx_prepare_inputs(amx_inputs *in, const act_k *const *x, 
                 for (int r = 0; r < 16; r++)
                     memcpy(in->b + (((b * 4 + p) * 16 + r) * nx + n) * 4, a->q + 64 * p + 4 * r, 4);
             in->d[b * 16 + n] = a->d;
-            for (int i = 0; i < 4; i++) {
-                const int16_t lo = (int16_t)(a->sums[4 * i] + a->sums[4 * i + 1]);
-                const int16_t hi = (int16_t)(a->sums[4 * i + 2] + a->sums[4 * i + 3]);
-                in->sum_pairs[(b * 4 + i) * 16 + n] = (int32_t)(uint16_t)lo | ((int32_t)(uint16_t)hi << 16);
-            }
+            for (int i = 0; i < 4; i++) /* the sums per 32 of sub-blocks 2i and 2i + 1 as one int16 pair */
+                in->sum_pairs[(b * 4 + i) * 16 + n] =
+                    (int32_t)(uint16_t)a->sums32[2 * i] | ((int32_t)(uint16_t)a->sums32[2 * i + 1] << 16);
         }
     return 0;
 }
