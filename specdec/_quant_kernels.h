@@ -261,24 +261,66 @@ TARGET static inline __m256i q4k_scales_mins(const uint8_t *packed) {
  * that a row of one input pays little for them, and the tiles' 16 inputs run the same operations lane by lane. */
 typedef struct {
     int32_t s[8][8]; /* the integer lanes of each of eight blocks (only their sum counts) */
-    int32_t m[8][4]; /* the mins' four lanes */
-    float dx[8];     /* the input's scale in each block */
+    int32_t m[8][8]; /* the mins' four lanes (lanes 4-7 zero) */
 } q4k_stash;
+
+/* The integers are read back at the width they were written (a slot's whole 32 bytes), and the scales never pass
+ * through memory as single floats: kept one at a time and loaded as eight, they made every flush wait (a load
+ * spanning several recent smaller stores cannot take its bytes from them and waits until they reach the cache).
+ * With one input each scale is blended into its lane of a register as its block goes by; with more, the flush
+ * gathers them from where they were written long before (the blocks' fp16 pair, the inputs' scales), once per
+ * eight blocks: cheaper per input than a blend per block, but a gather is many micro-ops, and in some runs it
+ * slowed the one-input row's memory stream by 5-20% (docs/quantized.md, Zen 5). The same values either way. */
+static const int32_t LANE[8][8] __attribute__((aligned(32))) = {
+    {-1, 0, 0, 0, 0, 0, 0, 0}, {0, -1, 0, 0, 0, 0, 0, 0}, {0, 0, -1, 0, 0, 0, 0, 0}, {0, 0, 0, -1, 0, 0, 0, 0},
+    {0, 0, 0, 0, -1, 0, 0, 0}, {0, 0, 0, 0, 0, -1, 0, 0}, {0, 0, 0, 0, 0, 0, -1, 0}, {0, 0, 0, 0, 0, 0, 0, -1}};
+
+/* v with lane `slot` set to x */
+TARGET static inline __attribute__((always_inline)) __m256 q4k_into_lane(__m256 v, int slot, float x) {
+    return _mm256_blendv_ps(v, _mm256_set1_ps(x), _mm256_load_ps((const float *)LANE[slot]));
+}
 
 TARGET static inline __attribute__((always_inline)) void q4k_keep(q4k_stash *st, int slot, const act_k *a,
                                                                   __m256i lanes, __m128i min8) {
     _mm256_storeu_si256((__m256i *)st->s[slot], lanes);
-    _mm_storeu_si128((__m128i *)st->m[slot], _mm_madd_epi16(min8, _mm_loadu_si128((const __m128i *)a->sums32)));
-    st->dx[slot] = a->d;
+    const __m128i mins = _mm_madd_epi16(min8, _mm_loadu_si128((const __m128i *)a->sums32));
+    _mm256_storeu_si256((__m256i *)st->m[slot], _mm256_zextsi128_si256(mins));
 }
 
-/* The kept blocks (slots 0 .. count - 1; d8 and dmin8 their weights' scales) into the eight accumulators. */
-TARGET static inline __attribute__((always_inline)) __m256 q4k_flush(q4k_stash *st, float *d8, float *dmin8,
-                                                                     int count, __m256 acc) {
+/* Lanes j < count set, the others clear (a last, partial eight keeps only its own scales). */
+TARGET static inline __m256i q4k_first(int count) {
+    return _mm256_cmpgt_epi32(_mm256_set1_epi32(count), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+
+/* The d and dmin (fp16, a block's first four bytes) of `count` consecutive Q4_K blocks from w, as floats (0 past
+ * count: the gather reads nothing there). */
+TARGET static inline __attribute__((always_inline)) void q4k_gather_block_scales(const uint8_t *w, int count,
+                                                                                 __m256 *d, __m256 *dmin) {
+    const __m256i words = _mm256_mask_i32gather_epi32(_mm256_setzero_si256(), (const int *)w,
+                                                      _mm256_setr_epi32(0, 144, 288, 432, 576, 720, 864, 1008),
+                                                      q4k_first(count), 1);
+    /* d of lanes 0-3, dmin of 0-3 | the same of lanes 4-7; then every d before every dmin */
+    const __m256i packed = _mm256_permute4x64_epi64(
+        _mm256_packus_epi32(_mm256_and_si256(words, _mm256_set1_epi32(0xFFFF)), _mm256_srli_epi32(words, 16)),
+        _MM_SHUFFLE(3, 1, 2, 0));
+    *d = _mm256_cvtph_ps(_mm256_castsi256_si128(packed));
+    *dmin = _mm256_cvtph_ps(_mm256_extracti128_si256(packed, 1));
+}
+
+/* An input's scale in `count` consecutive blocks from a (0 past count). */
+TARGET static inline __attribute__((always_inline)) __m256 q4k_gather_input_scales(const act_k *a, int count) {
+    const __m256i offsets = _mm256_mullo_epi32(_mm256_set1_epi32((int)sizeof(act_k)),
+                                               _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+    return _mm256_mask_i32gather_ps(_mm256_setzero_ps(), &a->d, offsets, _mm256_castsi256_ps(q4k_first(count)), 1);
+}
+
+/* The kept blocks (slots 0 .. count - 1: dx the input's scales, d8 and dmin8 their weights' scales, each 0 past
+ * count) into the eight accumulators. */
+TARGET static inline __attribute__((always_inline)) __m256 q4k_flush(q4k_stash *st, __m256 dx, __m256 d8,
+                                                                     __m256 dmin8, int count, __m256 acc) {
     for (int slot = count; slot < 8; slot++) { /* a last, partial eight: empty slots add +0 (acc is never -0) */
-        memset(st->s[slot], 0, sizeof st->s[slot]);
-        memset(st->m[slot], 0, sizeof st->m[slot]);
-        st->dx[slot] = d8[slot] = dmin8[slot] = 0.0f;
+        _mm256_storeu_si256((__m256i *)st->s[slot], _mm256_setzero_si256());
+        _mm256_storeu_si256((__m256i *)st->m[slot], _mm256_setzero_si256());
     }
     const __m256i *s = (const __m256i *)st->s;
     const __m256i g0 = _mm256_hadd_epi32(_mm256_hadd_epi32(_mm256_loadu_si256(s), _mm256_loadu_si256(s + 1)),
@@ -288,12 +330,45 @@ TARGET static inline __attribute__((always_inline)) __m256 q4k_flush(q4k_stash *
     const __m256i S =
         _mm256_add_epi32(_mm256_permute2x128_si256(g0, g1, 0x20), _mm256_permute2x128_si256(g0, g1, 0x31));
     const __m256i *m = (const __m256i *)st->m; /* two blocks' four lanes per register */
-    const __m256i f = _mm256_hadd_epi32(_mm256_hadd_epi32(_mm256_loadu_si256(m), _mm256_loadu_si256(m + 1)),
-                                        _mm256_hadd_epi32(_mm256_loadu_si256(m + 2), _mm256_loadu_si256(m + 3)));
+#define Q4K_TWO_SLOTS(a) _mm256_permute2x128_si256(_mm256_loadu_si256(m + (a)), _mm256_loadu_si256(m + (a) + 1), 0x20)
+    const __m256i f = _mm256_hadd_epi32(_mm256_hadd_epi32(Q4K_TWO_SLOTS(0), Q4K_TWO_SLOTS(2)),
+                                        _mm256_hadd_epi32(Q4K_TWO_SLOTS(4), Q4K_TWO_SLOTS(6)));
+#undef Q4K_TWO_SLOTS
     const __m256i M = _mm256_permutevar8x32_epi32(f, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
-    const __m256 dx = _mm256_loadu_ps(st->dx);
-    acc = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_loadu_ps(d8), dx), _mm256_cvtepi32_ps(S), acc);
-    return _mm256_fnmadd_ps(_mm256_mul_ps(_mm256_loadu_ps(dmin8), dx), _mm256_cvtepi32_ps(M), acc);
+    acc = _mm256_fmadd_ps(_mm256_mul_ps(d8, dx), _mm256_cvtepi32_ps(S), acc);
+    return _mm256_fnmadd_ps(_mm256_mul_ps(dmin8, dx), _mm256_cvtepi32_ps(M), acc);
+}
+
+/* Q4_K's scales for the flush: with one input, blended into their lanes block by block (q4k_scales_next);
+ * with more, gathered at the flush (q4k_flush_all). */
+typedef struct {
+    __m256 d8, dmin8, dx;
+} q4k_lanes;
+
+TARGET static inline __attribute__((always_inline)) void q4k_scales_next(q4k_lanes *l, const uint8_t *w, int slot,
+                                                                         const act_k *a) {
+    l->d8 = q4k_into_lane(l->d8, slot, half(w)), l->dmin8 = q4k_into_lane(l->dmin8, slot, half(w + 2));
+    l->dx = q4k_into_lane(l->dx, slot, a->d);
+}
+
+/* After block b (w its weights; slot b mod 8 of its eight): the kept eight, or a last partial one, into the nx
+ * accumulators. */
+TARGET static inline __attribute__((always_inline)) void q4k_flush_all(q4k_stash *stash, q4k_lanes *one,
+                                                                       const uint8_t *w, const act_k *const *x,
+                                                                       int nx, int64_t b, int64_t blocks, __m256 *acc) {
+    const int slot = (int)(b & 7);
+    if (slot != 7 && b != blocks - 1) return;
+    const int count = slot + 1;
+    if (nx == 1) {
+        const __m256 keep = _mm256_castsi256_ps(q4k_first(count));
+        acc[0] = q4k_flush(&stash[0], _mm256_and_ps(one->dx, keep), _mm256_and_ps(one->d8, keep),
+                           _mm256_and_ps(one->dmin8, keep), count, acc[0]);
+        return;
+    }
+    __m256 d8, dmin8;
+    q4k_gather_block_scales(w - 144 * slot, count, &d8, &dmin8);
+    for (int i = 0; i < nx; i++)
+        acc[i] = q4k_flush(&stash[i], q4k_gather_input_scales(&x[i][b - slot], count), d8, dmin8, count, acc[i]);
 }
 
 /* Q6_K: the quants' offset of 32 (times each scale and the sum of its 16 activations) off the lanes, then the lanes
@@ -309,12 +384,12 @@ TARGET static inline __attribute__((always_inline)) void row_q4_k(const uint8_t 
                                                                    int64_t K, float *out) {
     __m256 acc[GROUP];
     q4k_stash stash[GROUP];
-    float d8[8], dmin8[8];
+    q4k_lanes one = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
     for (int i = 0; i < nx; i++) acc[i] = _mm256_setzero_ps();
     const __m256i low4 = _mm256_set1_epi8(0x0F);
     for (int64_t b = 0; b < K / QK; b++, w += 144) {
         const int slot = (int)(b & 7);
-        d8[slot] = half(w), dmin8[slot] = half(w + 2);
+        if (nx == 1) q4k_scales_next(&one, w, slot, &x[0][b]);
         const __m256i scales_mins = q4k_scales_mins(w + 4);
         const __m256i scales = _mm256_broadcastsi128_si256(_mm256_castsi256_si128(scales_mins));
         const __m128i min8 = _mm256_extracti128_si256(scales_mins, 1);
@@ -333,8 +408,7 @@ TARGET static inline __attribute__((always_inline)) void row_q4_k(const uint8_t 
             }
         }
         for (int i = 0; i < nx; i++) q4k_keep(&stash[i], slot, &x[i][b], sums[i], min8);
-        if (slot == 7 || b == K / QK - 1)
-            for (int i = 0; i < nx; i++) acc[i] = q4k_flush(&stash[i], d8, dmin8, slot + 1, acc[i]);
+        q4k_flush_all(stash, &one, w, x, nx, b, K / QK, acc);
     }
     for (int i = 0; i < nx; i++) out[i] = hsum8(acc[i]);
 }
@@ -468,11 +542,11 @@ TARGET512 static inline __attribute__((always_inline)) void row_q4_k_512(const u
                                                                          int nx, int64_t K, float *out) {
     __m256 acc[GROUP512];
     q4k_stash stash[GROUP512];
-    float d8[8], dmin8[8];
+    q4k_lanes one = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
     for (int i = 0; i < nx; i++) acc[i] = _mm256_setzero_ps();
     for (int64_t b = 0; b < K / QK; b++, w += 144) {
         const int slot = (int)(b & 7);
-        d8[slot] = half(w), dmin8[slot] = half(w + 2);
+        if (nx == 1) q4k_scales_next(&one, w, slot, &x[0][b]);
         const __m256i scales_mins = q4k_scales_mins(w + 4);
         const __m512i scales = _mm512_castsi256_si512(scales_mins);
         const __m128i min8 = _mm256_extracti128_si256(scales_mins, 1);
@@ -487,8 +561,7 @@ TARGET512 static inline __attribute__((always_inline)) void row_q4_k_512(const u
             }
         }
         for (int i = 0; i < nx; i++) q4k_keep(&stash[i], slot, &x[i][b], fold16(sums[i]), min8);
-        if (slot == 7 || b == K / QK - 1)
-            for (int i = 0; i < nx; i++) acc[i] = q4k_flush(&stash[i], d8, dmin8, slot + 1, acc[i]);
+        q4k_flush_all(stash, &one, w, x, nx, b, K / QK, acc);
     }
     for (int i = 0; i < nx; i++) out[i] = hsum8(acc[i]);
 }
