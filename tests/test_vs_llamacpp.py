@@ -137,7 +137,6 @@ def test_the_table_gives_per_turn_ratios_with_intervals(runs):
     assert list(table.columns) == TABLE_COLUMNS and len(table) == len(methods)
     assert {"draft", "domain", "k", "n_prompts", "max_new_tokens", "plain_ratio", "plain_ratio_lo", "plain_ratio_hi",
             "spec_ratio", "spec_ratio_lo", "spec_ratio_hi"} <= set(table.columns)
-    # the stand-in replayed our very runs SLOWER times slower: every turn's ratio is SLOWER, and so are its bounds
     assert (table["plain_ratio_lo"] <= table["plain_ratio"]).all()
     assert (table["plain_ratio"] <= table["plain_ratio_hi"]).all()
     rows = table.set_index(["engine", "draft"])
@@ -147,6 +146,7 @@ def test_the_table_gives_per_turn_ratios_with_intervals(runs):
     expected = [by_turn[(p, 0, SPECDEC, "lookup")] / by_turn[(p, 0, LLAMACPP, PLAIN)]
                 for p in frame["prompt_id"].unique()]
     assert rows.loc[(SPECDEC, "lookup"), "spec_ratio"] == pytest.approx(float(pd.Series(expected).median()))
+    # the stand-in replayed our very runs SLOWER times slower: every turn's ratio is SLOWER, and so are its bounds
     ours_plain = rows.loc[(SPECDEC, PLAIN)]
     assert [ours_plain["plain_ratio_lo"], ours_plain["plain_ratio"], ours_plain["plain_ratio_hi"]] == \
         pytest.approx([SLOWER] * 3)
