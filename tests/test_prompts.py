@@ -105,6 +105,42 @@ def test_readers(tmp_path):
     assert P.source_file_name("humaneval", SOURCES["humaneval"]) == "humaneval.jsonl.gz"
 
 
+def test_generic_jsonl_reader_fields_and_filters(tmp_path):
+    rows = [{"index": 10 + i, "query": q, "domain1": d} for i, (q, d) in enumerate(
+        [("Write a poem about rain.", "Arts"), ("x" * 50, "Arts"), ("写一首诗", "Arts"), ("Draft a memo.", "Business"),
+         ("  ", "Arts")])]
+    path = tmp_path / "wb.jsonl"
+    path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
+    spec = {"format": "jsonl", "text_field": "query", "id_field": "index", "category_field": "domain1",
+            "max_chars": 40, "exclude_cjk": True, "message_template": "Task: {text}"}
+    wb = P.read_prompt_source(path, "wb", spec)
+    assert list(wb.columns) == P.SOURCE_COLUMNS
+    # the over-long text, the Chinese one and the blank one are dropped; ids and categories come from their fields
+    assert wb["source_id"].tolist() == ["10", "13"] and wb["category"].tolist() == ["Arts", "Business"]
+    assert wb["message"].tolist() == ["Task: Write a poem about rain.", "Task: Draft a memo."]
+    # without filters and fields: every non-blank record, ids are positions in the file (stable under filters)
+    plain = P.read_prompt_source(path, "wb", {"format": "jsonl", "text_field": "query"})
+    assert plain["source_id"].tolist() == ["0", "1", "2", "3"] and (plain["category"] == "wb").all()
+    with pytest.raises(ValueError, match=r"no field 'prompt'.*\['domain1', 'index', 'query'\]"):
+        P.read_prompt_source(path, "wb", {"format": "jsonl"})
+    with pytest.raises(ValueError, match="repeats ids"):
+        P.read_prompt_source(path, "wb", {"format": "jsonl", "text_field": "query", "id_field": "domain1"})
+    with pytest.raises(ValueError, match="format 'mtbench' takes no text_field"):
+        P.read_prompt_source(write_mtbench(tmp_path / "q.jsonl"), "mt", {"format": "mtbench", "text_field": "query"})
+
+
+def test_csv_reader_skips_notes_before_the_header(tmp_path):
+    path = tmp_path / "fq.csv"
+    path.write_text("Warning: notes first,,\n,,\nid,question,fact_type\n0,Who wrote Hamlet?,never-changing\n"
+                    "1,\"What is 2, plus 2?\",never-changing\n")
+    spec = {"format": "csv", "skip_rows": 2, "text_field": "question", "id_field": "id", "category_field": "fact_type"}
+    fq = P.read_prompt_source(path, "freshqa", spec)
+    assert fq["text"].tolist() == ["Who wrote Hamlet?", "What is 2, plus 2?"] and fq["source_id"].tolist() == ["0", "1"]
+    assert P.source_file_name("freshqa", spec) == "freshqa.csv"
+    with pytest.raises(ValueError, match="no field 'question'"):
+        P.read_prompt_source(path, "freshqa", dict(spec, skip_rows=0))
+
+
 # ----------------------------------------------------------------------------------------------------------- selection
 
 def test_selection_deterministic(frames):
@@ -130,6 +166,23 @@ def test_selection_splits_over_sources_and_counts(frames):
     with pytest.warns(UserWarning, match="only 3 available"):
         few = P.select_domain_prompts("dialogue", DOMAINS["dialogue"], frames, 10, seed=0)
     assert len(few) == 3
+    # a domain's own `prompts` overrides the section's number
+    own = P.select_domain_prompts("code", dict(DOMAINS["code"], prompts=5), frames, 10, seed=1)
+    assert own["source"].value_counts().to_dict() == {"humaneval": 3, "mtbench": 2}
+
+
+def test_evaluation_ids_are_the_evaluation_selection(frames, tmp_path):
+    """Training sets exclude the evaluation's prompts by recomputing their selection from the config: it must be
+    the very selection the evaluation's tables hold, domain by domain (per-domain numbers included)."""
+    domains = dict(DOMAINS, factual=dict(DOMAINS["factual"], prompts=2))
+    used = P.evaluation_prompt_ids(domains, frames, 4, seed=3)
+    tables = [P.select_domain_prompts(d, spec, frames, 4, seed=3) for d, spec in domains.items()]
+    assert used == {(s, i) for t in tables for s, i in zip(t["source"], t["source_id"])}
+    assert len(used) == 4 + 2 + 3  # dialogue has only 3
+    assert used != P.evaluation_prompt_ids(domains, frames, 4, seed=4)
+    files = {"humaneval": write_humaneval(tmp_path / "he.jsonl.gz"), "mtbench": write_mtbench(tmp_path / "q.jsonl")}
+    read = P.read_domain_frames(domains, files, SOURCES)
+    assert sorted(read) == ["humaneval", "mtbench"] and P.evaluation_prompt_ids(domains, read, 4, seed=3) == used
 
 
 def test_empty_domain_names_domain_and_categories(frames):

@@ -329,6 +329,19 @@ def test_a_one_domain_layer_decodes_only_that_domain(tiny_study):
 
 
 @ON_TINY_STUDY
+def test_a_layer_with_its_own_results_dir_reuses_the_heads_data_and_training(tiny_study):
+    """The heads' prompts, data and weights live under resources/, shared by every results directory and regime:
+    a layer writing elsewhere (whose evaluation prompts are not made yet) plans none of them again. (The tiny study
+    makes its data on the safetensors engine, which reads the machine's kernel tables: the layer shares those.)"""
+    root, _ = tiny_study
+    layer = {"results_dir": "results/elsewhere", "machines_dir": "results/machines"}
+    result = snakemake(root, "--dry-run", "--cores", "1", "--", "resources/models/head1",
+                       configfile=write_config(root / "elsewhere.yaml", layer))
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert job_counts(result.stdout) == {}, result.stdout[-3000:]
+
+
+@ON_TINY_STUDY
 def test_a_machine_check_layer_adds_its_cells_to_the_study_machines(tiny_study):
     """config/machine-check.yaml's shape: its own results_dir, the study's machines_dir, a sweep of a plain model
     (a name under `models`, not `draft_kinds`) and of a defined draft. Its per-machine tables go next to the study's

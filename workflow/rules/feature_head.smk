@@ -26,19 +26,21 @@ def feature_head_data_inputs(wildcards):
     return {"target": model_dir(config["target"]), **kernel_inputs(wildcards)}
 
 
-# The heads' data live under resources/, shared by every results directory (a layer with its own results_dir
-# decodes the same heads): the evaluation prompts are read to exclude them, not as a trigger (ancient), since a new
-# results directory writes the same prompts again.
+# The heads' data live under resources/, shared by every results directory and both regimes (a layer with its own
+# results_dir, or config/gguf.yaml, decodes the same heads): so nothing here depends on them. The evaluation's prompts
+# are excluded by recomputing their selection from the config, and the tokenizer is the data engine's.
 rule feature_head_prompts:
     input:
-        unpack(lambda wc: prompt_source_files(HEAD_DOMAINS)),
-        evaluation=ancient(expand(f"{R}/prompts/{{domain}}.parquet", domain=list(config["domains"]))),
-        tokenizer=ancient(gguf_tokenizer_dir(config["target"]) if GGUF else model_dir(config["target"])),
+        unpack(lambda wc: training_prompt_inputs(HEAD_DOMAINS)),
+        tokenizer=ancient(
+            gguf_tokenizer_dir(config["target"]) if HEAD_ENGINE == "gguf" else model_dir(config["target"])
+        ),
     output:
         "resources/feature_head/prompts.parquet",
     params:
         domains=HEAD_DOMAINS,
-        prompt_sources=config["prompt_sources"],
+        prompt_sources=prompt_sources_of(HEAD_DOMAINS) | prompt_sources_of(config["domains"]),
+        evaluation=EVALUATION_SELECTION,
         per_domain=HEAD_DATA.get("prompts_per_domain", 8),
         seed=HEAD_DATA.get("seed", 2),
         max_prompt_tokens=config["prompts"]["max_prompt_tokens"],

@@ -26,7 +26,7 @@ rule make_prompts:
         f"{R}/prompts/{{domain}}.parquet",
     params:
         domain_spec=lambda wc: config["domains"][wc.domain],
-        prompt_sources=config["prompt_sources"],
+        prompt_sources=lambda wc: prompt_sources_of({wc.domain: config["domains"][wc.domain]}),
         n=config["prompts"]["per_domain"],
         seed=config["prompts"]["seed"],
         max_prompt_tokens=config["prompts"]["max_prompt_tokens"],
