@@ -26,6 +26,14 @@ def feature_head_data_inputs(wildcards):
     return {"target": model_dir(config["target"]), **kernel_inputs(wildcards)}
 
 
+def head_data_runtime():
+    """The runtime the data stage runs on, as it forces it (feature_head_data.py): the same in both regimes, so
+    that decoding the heads in the GGUF regime does not make their data again."""
+    if HEAD_ENGINE == "gguf":
+        return {**RUNTIME, "weights": "gguf", "dtype": "float32"}
+    return {**RUNTIME, "weights": "safetensors"}
+
+
 # The heads' data live under resources/, shared by every results directory and both regimes (a layer with its own
 # results_dir, or config/gguf.yaml, decodes the same heads): so nothing here depends on them. The evaluation's prompts
 # are excluded by recomputing their selection from the config, and the tokenizer is the data engine's.
@@ -62,7 +70,7 @@ rule feature_head_data:
     params:
         engine=HEAD_ENGINE,
         new_tokens=HEAD_DATA.get("new_tokens", 64),
-        runtime=RUNTIME,
+        runtime=head_data_runtime(),
         parts="resources/feature_head/data_parts",
     threads: THREADS
     resources:
