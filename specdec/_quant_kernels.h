@@ -886,8 +886,8 @@ TARGET static int matmul(int type, const uint8_t *w, int64_t stride, const float
             rows[i] = (char *)acts + per_row * i;
             if (is_k_quant(type))
                 quantize_row_k(x + i * K, (act_k *)rows[i], K);
-            else
-                quantize_row_32(x + i * K, (act_32 *)rows[i], K, type == Q5_0 ? 16 : 0);
+            else  /* the offsets only AVX-512's Q5_0 rows read */
+                quantize_row_32(x + i * K, (act_32 *)rows[i], K, type == Q5_0 && wide ? 16 : 0);
         }
     }
     /* AMX: Q4_K outputs 16 at a time, the inputs in as few tiles as hold them, of even sizes (17 rows: 9 + 8); the

@@ -203,6 +203,11 @@ def training_prompt_inputs(domains):
     return prompt_source_files(domains) | prompt_source_files(config["domains"])
 
 
+def training_prompt_sources(domains):
+    """The specs of those sources (the job's params)."""
+    return prompt_sources_of(domains) | prompt_sources_of(config["domains"])
+
+
 # The evaluation's prompt selection, which training prompt sets recompute to exclude it (make_training_prompts.py).
 EVALUATION_SELECTION = {"domains": config["domains"], "per_domain": config["prompts"]["per_domain"],
                         "seed": config["prompts"]["seed"]}

@@ -12,7 +12,7 @@ rule make_training_prompts:
         f"{R}/prompts/train.parquet",
     params:
         domains=TRAINING_DOMAINS,
-        prompt_sources=prompt_sources_of(TRAINING_DOMAINS) | prompt_sources_of(config["domains"]),
+        prompt_sources=training_prompt_sources(TRAINING_DOMAINS),
         evaluation=EVALUATION_SELECTION,
         per_domain=DISTILLATION.get("prompts_per_domain", 8),
         seed=DISTILLATION.get("seed", 1),

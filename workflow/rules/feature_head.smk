@@ -27,8 +27,8 @@ def feature_head_data_inputs(wildcards):
 
 
 def head_data_runtime():
-    """The runtime the data stage runs on, as it forces it (feature_head_data.py): the same in both regimes, so
-    that decoding the heads in the GGUF regime does not make their data again."""
+    """The runtime the data stage runs the target on (feature_head_data.py takes it as is): its engine's, the same
+    in both regimes, so that decoding the heads in the GGUF regime does not make their data again."""
     if HEAD_ENGINE == "gguf":
         return {**RUNTIME, "weights": "gguf", "dtype": "float32"}
     return {**RUNTIME, "weights": "safetensors"}
@@ -47,7 +47,7 @@ rule feature_head_prompts:
         "resources/feature_head/prompts.parquet",
     params:
         domains=HEAD_DOMAINS,
-        prompt_sources=prompt_sources_of(HEAD_DOMAINS) | prompt_sources_of(config["domains"]),
+        prompt_sources=training_prompt_sources(HEAD_DOMAINS),
         evaluation=EVALUATION_SELECTION,
         per_domain=HEAD_DATA.get("prompts_per_domain", 8),
         seed=HEAD_DATA.get("seed", 2),

@@ -1,14 +1,14 @@
 """Snakemake script: the feature heads' training data — each training prompt with the target's greedy continuation
 and the target's features at every position, kept while generating -> resources/feature_head/data (sequences.parquet,
 features.safetensors). Runs the target's GGUF file on the lean engine (engine: gguf) or its prepared model as the
-study's runtime loads it (engine: safetensors); resumes from resources/feature_head/data_parts after an interruption."""
+study's runtime loads it (engine: safetensors), on params.runtime as given (the rule sets the engine's weights);
+resumes from resources/feature_head/data_parts after an interruption."""
 
 from specdec.study.interrupt import stops_politely  # first: Ctrl-C during the imports below is polite too
 
 # isort: split
 
 import logging
-from dataclasses import replace
 from pathlib import Path
 
 import pandas as pd
@@ -24,13 +24,13 @@ def target_session(target: str, engine: str, runtime, kernels):
     if engine == "gguf":
         from specdec.gguf_loading import load_gguf_for_decoding
 
-        session, _ = load_gguf_for_decoding(target, replace(runtime, weights="gguf", dtype="float32"), log=log.info)
+        session, _ = load_gguf_for_decoding(target, runtime, log=log.info)
     else:
         from specdec.lm import CachedLM
         from specdec.loading import load_for_decoding
         from specdec.study.jobs import read_backend_tables
 
-        model, _ = load_for_decoding(target, replace(runtime, weights="safetensors"), read_backend_tables(kernels))
+        model, _ = load_for_decoding(target, runtime, read_backend_tables(kernels))
         session = CachedLM(model)
     stat = Path(target).stat()
     return session, {"engine": engine, "target": str(target), "size": stat.st_size, "mtime": int(stat.st_mtime)}
