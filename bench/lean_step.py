@@ -5,12 +5,14 @@ bandwidth floor (the bytes a step reads / the machine's read bandwidth, measured
                               [--kernels avx2 avx512-vnni]
 
 Passes are interleaved per repeat (each crops back to the context first), and so are the product kernels (every one
-this CPU runs, unless named; they give the same bits); medians and the spread over repeats. Run it alone on the
-machine."""
+this CPU runs, unless named; they give the same bits) on the file's row layout, and the layout a model loads with by
+default where that is another (Q4_K in groups of 16 rows on AVX-512, `quant.preferred_layout`; one more copy of the
+model in memory); medians and the spread over repeats. Run it alone on the machine."""
 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import time
 
@@ -32,32 +34,41 @@ def main() -> None:
     parser.add_argument("--kernels", nargs="+", default=None, help="product kernels to time (default: all this CPU runs)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    session = LeanLM(args.gguf, layers=args.layers)
+    os.environ[quant.LAYOUT_ENV] = "rows"
+    sessions = {"rows": LeanLM(args.gguf, layers=args.layers)}
+    os.environ[quant.LAYOUT_ENV] = "auto"
+    default = LeanLM(args.gguf, layers=args.layers)
+    if any(m.layout != "rows" for w in default.model.layers for m in (w.q, w.up)):
+        sessions["grouped"] = default
+    del default
     generator = torch.Generator().manual_seed(0)
-    context = torch.randint(0, session.vocab_size, (args.context,), generator=generator).tolist()
-    tokens = torch.randint(0, session.vocab_size, (max(args.m),), generator=generator).tolist()
-    session.extend(context, 1)
+    vocab = sessions["rows"].vocab_size
+    context = torch.randint(0, vocab, (args.context,), generator=generator).tolist()
+    tokens = torch.randint(0, vocab, (max(args.m),), generator=generator).tolist()
+    for session in sessions.values():
+        session.extend(context, 1)
     kernels = args.kernels or list(quant.kernels())
-    cells = [(kernel, m) for kernel in kernels for m in args.m]
+    variants = [(kernel, "rows") for kernel in kernels] + [(quant.kernel_name(), "grouped")] * ("grouped" in sessions)
+    cells = [(variant, m) for variant in variants for m in args.m]
     times = {cell: [] for cell in cells}
-    for kernel, m in cells:  # warm-up
-        with quant.use_kernel(kernel):
-            session.extend(tokens[:m], 1)
-        session.crop(args.context)
-    for repeat in range(args.repeats):
-        for kernel, m in cells[repeat % len(cells):] + cells[:repeat % len(cells)]:
+    for repeat in range(args.repeats + 1):  # the first round warms up
+        for ((kernel, layout), m) in cells[repeat % len(cells):] + cells[:repeat % len(cells)]:
+            session = sessions[layout]
             with quant.use_kernel(kernel):
                 start = time.perf_counter()
                 session.extend(tokens[:m], 1)
-                times[kernel, m].append(time.perf_counter() - start)
+                if repeat:
+                    times[(kernel, layout), m].append(time.perf_counter() - start)
             session.crop(args.context)
     bandwidth = memory_bandwidth(1024 * 2**20, repeats=5)
-    floor = session.step_bytes() / bandwidth
-    print(f"{args.gguf}: {session.step_bytes() / 1e9:.3f} GB per step, read bandwidth {bandwidth / 1e9:.1f} GB/s, "
-          f"floor {floor * 1e3:.1f} ms, {args.threads} threads, context {args.context}")
-    for (kernel, m), t in times.items():
-        median, one = statistics.median(t), statistics.median(times[kernel, min(args.m)])
-        print(f"{kernel:12s} m {m:2d}: {median * 1e3:7.1f} ms [{min(t) * 1e3:.1f}, {max(t) * 1e3:.1f}]  "
+    print(f"{args.gguf}: read bandwidth {bandwidth / 1e9:.1f} GB/s, {args.threads} threads, context {args.context}")
+    for layout, session in sessions.items():
+        print(f"  layout {layout}: {session.step_bytes() / 1e9:.3f} GB per step, floor "
+              f"{session.step_bytes() / bandwidth * 1e3:.1f} ms")
+    for ((kernel, layout), m), t in times.items():
+        floor = sessions[layout].step_bytes() / bandwidth
+        median, one = statistics.median(t), statistics.median(times[(kernel, layout), min(args.m)])
+        print(f"{kernel:12s} {layout:8s} m {m:2d}: {median * 1e3:7.1f} ms [{min(t) * 1e3:.1f}, {max(t) * 1e3:.1f}]  "
               f"x{median / floor:.2f} floor  T(m)/T(1) {median / one:.2f}")
 
 

@@ -131,8 +131,8 @@ static int fail(const char *message, long long layer_index) {
 }
 
 /* A product run's fields as C will use them: a known quantized or float type, rows of in_features values whose byte
- * count matches, a non-null address. */
-static int check_run(const int64_t *run, int64_t in_features, long long index) {
+ * count matches, a non-null address; Q4_K in groups of 16 rows: a whole number of groups of `outputs` rows. */
+static int check_run(const int64_t *run, int64_t in_features, int64_t outputs, long long index) {
     if (run[0] < 0 || run[0] >= N_TYPES) return fail("unknown weight type code", index);
     const int type = (int)run[0];
     if (in_features % BLOCK_VALUES[type] || (type != F32 && type != F16 && in_features % 8))
@@ -140,6 +140,7 @@ static int check_run(const int64_t *run, int64_t in_features, long long index) {
     if (run[2] != in_features / BLOCK_VALUES[type] * BLOCK_BYTES[type])
         return fail("a product's bytes per row do not match its type and input width", index);
     if (!run[1]) return fail("a product's weight address is null", index);
+    if (type == Q4_K_R16 && outputs % R16) return fail("a Q4_K_R16 product's outputs are not groups of 16 rows", index);
     return 1;
 }
 
@@ -152,7 +153,7 @@ static int check_plan(const int64_t *plan, int64_t n_layers, const dims_t *c) {
         int64_t outputs = 0;
         for (int64_t r = 0; r < f[F_N_QKV]; r++) {
             const int64_t *run = f + F_QKV + 5 * r;
-            if (!check_run(run, c->hidden, l)) return 0;
+            if (!check_run(run, c->hidden, run[3], l)) return 0;
             if (run[3] < 1 || !run[4]) return fail("a q|k|v run needs outputs and a bias", l);
             outputs += run[3];
         }
@@ -161,13 +162,13 @@ static int check_plan(const int64_t *plan, int64_t n_layers, const dims_t *c) {
         outputs = 0;
         for (int64_t r = 0; r < f[F_N_GATE_UP]; r++) {
             const int64_t *run = f + F_GATE_UP + 4 * r;
-            if (!check_run(run, c->hidden, l)) return 0;
+            if (!check_run(run, c->hidden, run[3], l)) return 0;
             if (run[3] < 1) return fail("a gate|up run needs outputs", l);
             outputs += run[3];
         }
         if (outputs != 2 * c->ffn) return fail("the gate|up runs' outputs do not add up to 2 x ffn", l);
         if (f[F_N_GATE_UP] == 2 && f[F_GATE_UP + 3] != c->ffn) return fail("gate and up must have ffn rows each", l);
-        if (!check_run(f + F_O, c->hidden, l) || !check_run(f + F_DOWN, c->ffn, l)) return 0;
+        if (!check_run(f + F_O, c->hidden, c->hidden, l) || !check_run(f + F_DOWN, c->ffn, c->hidden, l)) return 0;
     }
     return 1;
 }

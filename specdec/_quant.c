@@ -35,6 +35,10 @@ static PyObject *py_dequantize(PyObject *self, PyObject *args) {
     if (!PyArg_ParseTuple(args, "sKKLL", &name, &src, &dst, &rows, &K)) return NULL;
     const int type = parse_type(name);
     if (type < 0 || !check_sizes(type, K)) return NULL;
+    if (type == Q4_K_R16) {
+        PyErr_SetString(PyExc_ValueError, "Q4_K_R16 rows are dequantised after unpacking them (r16_unpack)");
+        return NULL;
+    }
     if (rows < 0) {
         PyErr_SetString(PyExc_ValueError, "rows must not be negative");
         return NULL;
@@ -77,7 +81,8 @@ static PyObject *py_matmul(PyObject *self, PyObject *args) {
     if (type < 0 || !check_sizes(type, K)) return NULL;
     const int kernel = parse_kernel(kernel_name);
     if (kernel < 0) return NULL;
-    if (N < 1 || M < 1 || threads < 1 || stride != K / BLOCK_VALUES[type] * BLOCK_BYTES[type]) {
+    if (N < 1 || M < 1 || threads < 1 || stride != K / BLOCK_VALUES[type] * BLOCK_BYTES[type] ||
+        (type == Q4_K_R16 && N % R16)) {
         PyErr_Format(PyExc_ValueError, "bad product sizes: N %lld, M %lld, threads %d, %lld bytes per row", N, M,
                      threads, stride);
         return NULL;
@@ -92,6 +97,31 @@ static PyObject *py_matmul(PyObject *self, PyObject *args) {
     if (status) return PyErr_NoMemory();
     Py_RETURN_NONE;
 }
+
+/* r16_pack(src, dst, N, K) / r16_unpack(src, dst, N, K): N rows (a multiple of 16) of K values (a multiple of 256)
+ * between the file's Q4_K rows (N x K/256 x 144 bytes) and groups of 16 rows (N x K/256 x 148 bytes). */
+static PyObject *repack(PyObject *args, int pack) {
+    unsigned long long src, dst;
+    long long N, K;
+    if (!PyArg_ParseTuple(args, "KKLL", &src, &dst, &N, &K)) return NULL;
+    if (!supported()) {
+        PyErr_SetString(PyExc_RuntimeError, "specdec._quant needs an x86 CPU with AVX2, FMA and F16C");
+        return NULL;
+    }
+    if (N < 0 || N % R16 || K < 1 || K % QK || !src || !dst) {
+        PyErr_Format(PyExc_ValueError, "Q4_K groups of 16 rows need rows a multiple of 16 and a positive multiple "
+                     "of 256 values a row, got %lld x %lld", N, K);
+        return NULL;
+    }
+#ifdef SPECDEC_X86
+    Py_BEGIN_ALLOW_THREADS
+    (pack ? r16_pack : r16_unpack)((const uint8_t *)(uintptr_t)src, (uint8_t *)(uintptr_t)dst, N, K);
+    Py_END_ALLOW_THREADS
+#endif
+    Py_RETURN_NONE;
+}
+static PyObject *py_r16_pack(PyObject *self, PyObject *args) { return repack(args, 1); }
+static PyObject *py_r16_unpack(PyObject *self, PyObject *args) { return repack(args, 0); }
 
 static PyObject *py_supported(PyObject *self, PyObject *args) { return PyBool_FromLong(supported()); }
 
@@ -116,6 +146,8 @@ static PyObject *py_build(PyObject *self, PyObject *args) { return PyUnicode_Fro
 static PyMethodDef methods[] = {
     {"dequantize", py_dequantize, METH_VARARGS, "Rows of ggml blocks to fp32, as the gguf package computes them."},
     {"matmul", py_matmul, METH_VARARGS, "y = x @ W.T (+ b) for a quantized W; batch-invariant (see the source)."},
+    {"r16_pack", py_r16_pack, METH_VARARGS, "Q4_K rows -> Q4_K in groups of 16 rows (every byte kept)."},
+    {"r16_unpack", py_r16_unpack, METH_VARARGS, "Q4_K in groups of 16 rows -> the file's Q4_K rows, byte for byte."},
     {"supported", py_supported, METH_NOARGS, "Whether this CPU can run the kernels (AVX2, FMA, F16C)."},
     {"kernels", py_kernels, METH_NOARGS, "The product kernels this CPU runs, slowest first (all give the same bits)."},
     {"build", py_build, METH_NOARGS, "The hash of the source and compile flags this module was built from."},

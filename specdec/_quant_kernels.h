@@ -28,6 +28,7 @@
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <omp.h>
 #include <string.h>
 #include "_simd.h"
 
@@ -39,10 +40,12 @@
  * on the Intel Xeon, 512 B-2 KB alike within noise; 4 KB and more slowed the head's product) */
 #define PREFETCH_BYTES 1024
 
-enum qtype { Q4_K, Q6_K, Q5_0, Q8_0, F32, F16, N_TYPES };
-static const char *TYPE_NAMES[N_TYPES] = {"Q4_K", "Q6_K", "Q5_0", "Q8_0", "F32", "F16"};
-static const int BLOCK_VALUES[N_TYPES] = {256, 256, 32, 32, 1, 1};
-static const int BLOCK_BYTES[N_TYPES] = {144, 210, 22, 34, 4, 2};
+/* Q4_K_R16: Q4_K's blocks repacked in groups of 16 rows (below, "Q4_K in groups of 16 rows"): 148 bytes per row and
+ * block on average, every value kept. */
+enum qtype { Q4_K, Q6_K, Q5_0, Q8_0, F32, F16, Q4_K_R16, N_TYPES };
+static const char *TYPE_NAMES[N_TYPES] = {"Q4_K", "Q6_K", "Q5_0", "Q8_0", "F32", "F16", "Q4_K_R16"};
+static const int BLOCK_VALUES[N_TYPES] = {256, 256, 32, 32, 1, 1, 256};
+static const int BLOCK_BYTES[N_TYPES] = {144, 210, 22, 34, 4, 2, 148};
 
 /* The product kernels, best last: which one runs is the caller's choice among those the CPU supports
  * (kernel_supported); all give the same bits. */
@@ -177,6 +180,78 @@ TARGET static void dequantize_row(int type, const uint8_t *w, float *y, int64_t 
             break;
         }
     }
+}
+
+/* --- Q4_K in groups of 16 rows (Q4_K_R16) ------------------------------------------------------------------------
+ * The row code forms each block's integers in vector lanes that belong to one output and must add them across lanes
+ * (q4k_flush) and apply the block's scales lane by lane: with one input that epilogue is most of a block's work, and
+ * a one-token step's Q4_K products ran compute-bound (a block ~17-25 cycles, ~20 GB/s a thread against ~45 GB/s of
+ * memory; docs/quantized.md). Repacked so that a 512-bit register holds four bytes of each of 16 rows, every int32
+ * lane belongs to one output row: vpdpbusd multiplies the 4-bit quants (unsigned) with four broadcast input quants
+ * and the lane sums stay the row's, with no sum across lanes; a block's scales, mins and d of 16 rows are one vector
+ * each. The integers per row and block (S, Mn) are the same exact integers as the row code's, and the float epilogue
+ * is q4k_flush's operation for operation with the 16 rows in lanes and its eight slots (block b mod 8) as eight
+ * accumulators, so a row's result is the same bits in either layout (tests/test_quant.py).
+ *
+ * A group's block (2368 bytes, 148 a row): d and dmin of the 16 rows (fp16, as the file holds them), the rows' eight
+ * 6-bit scales (a byte each, [sub-block][row]) and eight mins (bytes, [pair of sub-blocks][row][2]), then the quants:
+ * for each of the block's four 32-byte chunks and each 4-byte quad of it, the 16 rows' four bytes. Groups follow one
+ * another, each its blocks in order. Every byte of the file's blocks is kept (r16_unpack gives them back). */
+#define R16 16
+#define R16_BYTES (R16 * 148)
+#define R16_D 0
+#define R16_DMIN 32
+#define R16_SCALES 64
+#define R16_MINS 192
+#define R16_QS 320
+
+/* N rows (a multiple of 16) of K values: the file's Q4_K rows (144 bytes a block) -> groups of 16 rows. */
+static void r16_pack(const uint8_t *src, uint8_t *dst, int64_t N, int64_t K) {
+    const int64_t blocks = K / QK, row = blocks * 144;
+    for (int64_t g = 0; g < N / R16; g++)
+        for (int64_t b = 0; b < blocks; b++) {
+            uint8_t *o = dst + (g * blocks + b) * R16_BYTES;
+            for (int r = 0; r < R16; r++) {
+                const uint8_t *w = src + (g * R16 + r) * row + b * 144;
+                memcpy(o + R16_D + 2 * r, w, 2);
+                memcpy(o + R16_DMIN + 2 * r, w + 2, 2);
+                for (int j = 0; j < 8; j++) {
+                    int sc, m;
+                    q4k_scale_min(w + 4, j, &sc, &m);
+                    o[R16_SCALES + R16 * j + r] = (uint8_t)sc;
+                    o[R16_MINS + 2 * R16 * (j / 2) + 2 * r + j % 2] = (uint8_t)m;
+                }
+                for (int p = 0; p < 4; p++)
+                    for (int t = 0; t < 8; t++) memcpy(o + R16_QS + 512 * p + 64 * t + 4 * r, w + 16 + 32 * p + 4 * t, 4);
+            }
+        }
+}
+
+/* The inverse: groups of 16 rows -> the file's Q4_K rows, byte for byte (the 12 packed scale bytes hold exactly the
+ * sixteen 6-bit values: q4k_scale_min read backwards). */
+static void r16_unpack(const uint8_t *src, uint8_t *dst, int64_t N, int64_t K) {
+    const int64_t blocks = K / QK, row = blocks * 144;
+    for (int64_t g = 0; g < N / R16; g++)
+        for (int64_t b = 0; b < blocks; b++) {
+            const uint8_t *o = src + (g * blocks + b) * R16_BYTES;
+            for (int r = 0; r < R16; r++) {
+                uint8_t *w = dst + (g * R16 + r) * row + b * 144;
+                int sc[8], m[8];
+                for (int j = 0; j < 8; j++) {
+                    sc[j] = o[R16_SCALES + R16 * j + r];
+                    m[j] = o[R16_MINS + 2 * R16 * (j / 2) + 2 * r + j % 2];
+                }
+                memcpy(w, o + R16_D + 2 * r, 2);
+                memcpy(w + 2, o + R16_DMIN + 2 * r, 2);
+                for (int j = 0; j < 4; j++) {
+                    w[4 + j] = (uint8_t)(sc[j] | (sc[j + 4] >> 4) << 6);
+                    w[8 + j] = (uint8_t)(m[j] | (m[j + 4] >> 4) << 6);
+                    w[12 + j] = (uint8_t)((sc[j + 4] & 15) | (m[j + 4] & 15) << 4);
+                }
+                for (int p = 0; p < 4; p++)
+                    for (int t = 0; t < 8; t++) memcpy(w + 16 + 32 * p + 4 * t, o + R16_QS + 512 * p + 64 * t + 4 * r, 4);
+            }
+        }
 }
 
 /* --- activations, one row at a time ------------------------------------------------------------------------------ */
@@ -642,6 +717,83 @@ TARGET512 static inline __attribute__((always_inline)) __m256i dot_offset_vnni(_
 ROW_Q32(row_q5_0_512, TARGET512, GROUP512, 22, q5_0_unsigned, dot_offset_vnni)
 ROW_Q32(row_q8_0_512, TARGET512, GROUP512, 34, q8_0_quants, dot_act_vnni)
 
+/* Q4_K in groups of 16 rows: the 16 outputs of one group for nx inputs (out[i * R16 + r]); the layout and why it
+ * gives the row code's bits are above r16_pack. Per block and input: S (lane r: the row's scaled quants times the
+ * input's, exact), Mn (the mins times the input's sums per 32), then q4k_flush's two roundings into accumulator
+ * b mod 8; at the end hsum8's order across the eight. room: the blocks from w to the matrix's end (the prefetches
+ * stay inside it). */
+/* How many blocks ahead of the one being multiplied the weights are asked for (bench: 2-4 alike on the AMD EPYC Zen 5,
+ * none or one block 20-35% slower) */
+#define R16_AHEAD 3
+#define R16_INPUTS 4 /* inputs per pass over a group's blocks (their sums and accumulators in registers) */
+TARGET512 static inline __attribute__((always_inline)) void group_q4_k_r16(const uint8_t *w, const act_k *const *x,
+                                                                           int nx, int64_t blocks, int64_t room,
+                                                                           float *out) {
+    __m512 acc[R16_INPUTS][8];
+    for (int i = 0; i < nx; i++)
+        for (int l = 0; l < 8; l++) acc[i][l] = _mm512_setzero_ps();
+    const __m512i low4 = _mm512_set1_epi8(0x0F);
+    for (int64_t b = 0; b < blocks; b++, w += R16_BYTES) {
+        /* the block R16_AHEAD blocks on (when the group or the next one has it) is asked for now; a prefetch
+         * changes no value */
+        if (b + R16_AHEAD < room)
+            for (int off = 0; off < R16_BYTES; off += 64)
+                _mm_prefetch((const char *)(w + R16_AHEAD * R16_BYTES + off), _MM_HINT_T0);
+        __m512i S[R16_INPUTS];
+        for (int i = 0; i < nx; i++) S[i] = _mm512_setzero_si512();
+        for (int p = 0; p < 4; p++) { /* chunk p: sub-blocks 2p (low nibbles) and 2p + 1 (high) */
+            __m512i lo_sum[R16_INPUTS], hi_sum[R16_INPUTS];
+            for (int i = 0; i < nx; i++) lo_sum[i] = hi_sum[i] = _mm512_setzero_si512();
+            for (int t = 0; t < 8; t++) {
+                const __m512i v = _mm512_loadu_si512(w + R16_QS + 512 * p + 64 * t);
+                const __m512i lo = _mm512_and_si512(v, low4), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), low4);
+                for (int i = 0; i < nx; i++) {
+                    int32_t a, c;
+                    memcpy(&a, x[i][b].q + 64 * p + 4 * t, 4);
+                    memcpy(&c, x[i][b].q + 64 * p + 32 + 4 * t, 4);
+                    lo_sum[i] = _mm512_dpbusd_epi32(lo_sum[i], lo, _mm512_set1_epi32(a));
+                    hi_sum[i] = _mm512_dpbusd_epi32(hi_sum[i], hi, _mm512_set1_epi32(c));
+                }
+            }
+            const __m512i sc_lo = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(w + R16_SCALES + R16 * 2 * p)));
+            const __m512i sc_hi = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(w + R16_SCALES + R16 * (2 * p + 1))));
+            for (int i = 0; i < nx; i++)
+                S[i] = _mm512_add_epi32(S[i], _mm512_add_epi32(_mm512_mullo_epi32(lo_sum[i], sc_lo),
+                                                               _mm512_mullo_epi32(hi_sum[i], sc_hi)));
+        }
+        const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(w + R16_D)));
+        const __m512 dmin = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(w + R16_DMIN)));
+        for (int i = 0; i < nx; i++) {
+            __m512i Mn = _mm512_setzero_si512();
+            for (int k = 0; k < 4; k++) { /* lane r: its mins 2k, 2k + 1 times the input's sums of those 32s */
+                int32_t pair;
+                memcpy(&pair, x[i][b].sums32 + 2 * k, 4);
+                Mn = _mm512_dpwssd_epi32(Mn, _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)(w + R16_MINS + 32 * k))),
+                                         _mm512_set1_epi32(pair));
+            }
+            const __m512 dx = _mm512_set1_ps(x[i][b].d);
+            __m512 *a = &acc[i][b & 7];
+            *a = _mm512_fmadd_ps(_mm512_mul_ps(d, dx), _mm512_cvtepi32_ps(S[i]), *a);
+            *a = _mm512_fnmadd_ps(_mm512_mul_ps(dmin, dx), _mm512_cvtepi32_ps(Mn), *a);
+        }
+    }
+    for (int i = 0; i < nx; i++) { /* hsum8's order: ((l0 + l4) + (l2 + l6)) + ((l1 + l5) + (l3 + l7)) */
+        const __m512 *a = acc[i];
+        _mm512_storeu_ps(out + i * R16, _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(a[0], a[4]), _mm512_add_ps(a[2], a[6])),
+                                                      _mm512_add_ps(_mm512_add_ps(a[1], a[5]), _mm512_add_ps(a[3], a[7]))));
+    }
+}
+#define GROUP_FN(N)                                                                                                 \
+    TARGET512 static void group_q4_k_r16_##N(const uint8_t *w, const act_k *const *x, int64_t blocks, int64_t room, \
+                                             float *o) {                                                           \
+        group_q4_k_r16(w, x, N, blocks, room, o);                                                                  \
+    }
+GROUP_FN(1) GROUP_FN(2) GROUP_FN(3) GROUP_FN(4)
+#undef GROUP_FN
+static void (*const group_q4_k_r16_for[R16_INPUTS + 1])(const uint8_t *, const act_k *const *, int64_t, int64_t,
+                                                         float *) = {
+    NULL, group_q4_k_r16_1, group_q4_k_r16_2, group_q4_k_r16_3, group_q4_k_r16_4};
+
 /* Plain float weights (F32 / F16 matrices are rare in these files): widen and multiply-add, 8 lanes then a sum. */
 TARGET static void row_float(int type, const uint8_t *w, const float *const *x, int nx, int64_t K, float *out) {
     for (int i = 0; i < nx; i++) {
@@ -862,14 +1014,76 @@ TARGET_AMX static int amx_matmul_q4_k(const uint8_t *w, int64_t stride, const ac
     return 0;
 }
 
-static int is_k_quant(int type) { return type == Q4_K || type == Q6_K; }
+static int is_k_quant(int type) { return type == Q4_K || type == Q6_K || type == Q4_K_R16; }
 
-/* y (M x N, rows ldy floats apart) = x (M x K) @ W^T (+ b): W's rows of ggml blocks, `stride` bytes apart; `kernel`
- * one that kernel_supported() accepts (the caller checks). */
+/* Output n (weights wn, the file's row) for every input, in groups of the kernel's width, of even sizes (9 rows: 5 +
+ * 4): y[i * ldy + n]. */
+TARGET static inline void product_row(int type, const uint8_t *wn, const void **rows, int64_t M, int wide, int64_t K,
+                                      const float *bias, float *y, int64_t ldy) {
+    const int group = wide ? GROUP512 : GROUP;
+    const int64_t groups = (M + group - 1) / group;
+    for (int64_t g = 0, i0 = 0; g < groups; g++) {
+        const int nx = (int)(M / groups + (g < M % groups));
+        float out[GROUP512];
+        switch (type) {
+        case Q4_K: (wide ? row_q4_k_512_for : row_q4_k_for)[nx](wn, (const act_k *const *)(rows + i0), K, out); break;
+        case Q6_K: (wide ? row_q6_k_512_for : row_q6_k_for)[nx](wn, (const act_k *const *)(rows + i0), K, out); break;
+        case Q5_0: (wide ? row_q5_0_512_for : row_q5_0_for)[nx](wn, (const act_32 *const *)(rows + i0), K, out); break;
+        case Q8_0: (wide ? row_q8_0_512_for : row_q8_0_for)[nx](wn, (const act_32 *const *)(rows + i0), K, out); break;
+        default: row_float(type, wn, (const float *const *)(rows + i0), nx, K, out); break;
+        }
+        for (int i = 0; i < nx; i++) y[(i0 + i) * ldy] = bias ? out[i] + *bias : out[i];
+        i0 += nx;
+    }
+}
+
+/* Q4_K in groups of 16 rows (N a multiple of 16): AVX-512 and AMX run group_q4_k_r16 (up to R16_INPUTS inputs per
+ * pass over a group, the group's blocks staying in cache between passes); AVX2 unpacks each group to the file's rows
+ * and runs the row code: the same bits either way. Threads split the groups. */
+TARGET static int r16_matmul(const uint8_t *w, const void **rows, const float *bias, float *y, int64_t ldy, int64_t N,
+                             int64_t K, int64_t M, int threads, int kernel) {
+    const int64_t blocks = K / QK, n_groups = N / R16;
+    if (kernel != KERNEL_AVX2) {
+        const int64_t passes = (M + R16_INPUTS - 1) / R16_INPUTS;
+#pragma omp parallel for num_threads(threads) schedule(static)
+        for (int64_t g = 0; g < n_groups; g++) {
+            const uint8_t *wg = w + g * blocks * R16_BYTES;
+            for (int64_t pass = 0, i0 = 0; pass < passes; pass++) {
+                const int nx = (int)(M / passes + (pass < M % passes));
+                float out[R16_INPUTS * R16];
+                group_q4_k_r16_for[nx](wg, (const act_k *const *)(rows + i0), blocks, (n_groups - g) * blocks, out);
+                for (int i = 0; i < nx; i++)
+                    for (int r = 0; r < R16; r++)
+                        y[(i0 + i) * ldy + g * R16 + r] = bias ? out[i * R16 + r] + bias[g * R16 + r] : out[i * R16 + r];
+                i0 += nx;
+            }
+        }
+        return 0;
+    }
+    uint8_t *unpacked = malloc((size_t)threads * R16 * blocks * 144);
+    if (!unpacked) return -1;
+#pragma omp parallel num_threads(threads)
+    {
+        uint8_t *mine = unpacked + (size_t)omp_get_thread_num() * R16 * blocks * 144;
+#pragma omp for schedule(static)
+        for (int64_t g = 0; g < n_groups; g++) {
+            r16_unpack(w + g * blocks * R16_BYTES, mine, R16, K);
+            for (int r = 0; r < R16; r++) {
+                const int64_t n = g * R16 + r;
+                product_row(Q4_K, mine + r * blocks * 144, rows, M, 0, K, bias ? bias + n : NULL, y + n, ldy);
+            }
+        }
+    }
+    free(unpacked);
+    return 0;
+}
+
+/* y (M x N, rows ldy floats apart) = x (M x K) @ W^T (+ b): W's rows of ggml blocks, `stride` bytes apart (Q4_K_R16:
+ * groups of 16 rows, N a multiple of 16: the caller checks); `kernel` one that kernel_supported() accepts (the
+ * caller checks). */
 TARGET static int matmul(int type, const uint8_t *w, int64_t stride, const float *x, const float *bias, float *y,
                          int64_t ldy, int64_t N, int64_t K, int64_t M, int threads, int kernel) {
-    const int wide = kernel != KERNEL_AVX2, group = wide ? GROUP512 : GROUP;
-    const int64_t groups = (M + group - 1) / group;
+    const int wide = kernel != KERNEL_AVX2;
     void *acts = NULL;
     const void **rows = malloc(sizeof(void *) * M);
     if (!rows) return -1;
@@ -889,6 +1103,12 @@ TARGET static int matmul(int type, const uint8_t *w, int64_t stride, const float
             else  /* the offsets only AVX-512's Q5_0 rows read */
                 quantize_row_32(x + i * K, (act_32 *)rows[i], K, type == Q5_0 && wide ? 16 : 0);
         }
+    }
+    if (type == Q4_K_R16) {
+        const int failed = r16_matmul(w, rows, bias, y, ldy, N, K, M, threads, kernel);
+        free(acts);
+        free(rows);
+        return failed;
     }
     /* AMX: Q4_K outputs 16 at a time, the inputs in as few tiles as hold them, of even sizes (17 rows: 9 + 8); the
      * outputs past the last group of 16 go on below (the same bits) */
@@ -911,20 +1131,7 @@ TARGET static int matmul(int type, const uint8_t *w, int64_t stride, const float
          * (without it a step read the weights at a third of the machine's bandwidth; a prefetch changes no value) */
         for (int64_t off = PREFETCH_BYTES; off < PREFETCH_BYTES + stride && n * stride + off < N * stride; off += 64)
             _mm_prefetch((const char *)(wn + off), _MM_HINT_T0);
-        /* the inputs in as few groups as the kernel's registers allow, of even sizes (9 rows: 5 + 4) */
-        for (int64_t g = 0, i0 = 0; g < groups; g++) {
-            const int nx = (int)(M / groups + (g < M % groups));
-            float out[GROUP512];
-            switch (type) {
-            case Q4_K: (wide ? row_q4_k_512_for : row_q4_k_for)[nx](wn, (const act_k *const *)(rows + i0), K, out); break;
-            case Q6_K: (wide ? row_q6_k_512_for : row_q6_k_for)[nx](wn, (const act_k *const *)(rows + i0), K, out); break;
-            case Q5_0: (wide ? row_q5_0_512_for : row_q5_0_for)[nx](wn, (const act_32 *const *)(rows + i0), K, out); break;
-            case Q8_0: (wide ? row_q8_0_512_for : row_q8_0_for)[nx](wn, (const act_32 *const *)(rows + i0), K, out); break;
-            default: row_float(type, wn, (const float *const *)(rows + i0), nx, K, out); break;
-            }
-            for (int i = 0; i < nx; i++) y[(i0 + i) * ldy + n] = bias ? out[i] + bias[n] : out[i];
-            i0 += nx;
-        }
+        product_row(type, wn, rows, M, wide, K, bias ? bias + n : NULL, y + n, ldy);
     }
     free(acts);
     free(rows);

@@ -38,7 +38,7 @@ def _matrix(matrix: quant.QuantMatrix, shape: tuple[int, int], codes: dict) -> l
                          f"got {getattr(matrix, 'shape', type(matrix).__name__)}")
     if matrix.raw.device.type != "cpu" or not matrix.raw.is_contiguous():
         raise ValueError(f"{matrix.name}: the weight's bytes must be a contiguous CPU tensor")
-    return [codes[matrix.qtype], matrix.raw.data_ptr(), matrix.raw.shape[1]]
+    return [codes[matrix.kernel_type], matrix.raw.data_ptr(), matrix.raw.shape[1]]
 
 
 class FusedLayers:

@@ -53,7 +53,7 @@ def rotary_tables(head_dim: int, theta: float, length: int) -> tuple[torch.Tenso
 
 def product_kernel() -> str:
     """The name recorded with each step for the products this engine runs on."""
-    name = getattr(quant, "kernel_name", None)  # the quant module's own name for its kernel, where it gives one
+    name = getattr(quant, "kernel_label", None)  # the quant module's name for its kernel and layout, where it gives one
     if name is not None:
         return f"gguf-{name()}"
     return "gguf-native"

@@ -42,6 +42,33 @@ def test_the_files_cover_every_product_layout(models):
     assert {(1, 1), (2, 1), (3, 2)} <= layouts
 
 
+@pytest.mark.parametrize("kernel_name", ["avx2", "avx512-vnni"])
+def test_a_model_in_either_layout_gives_the_same_bits(tmp_path, monkeypatch, kernel_name, threads):
+    """The target's Q4_K matrices loaded in the file's rows and in groups of 16 rows (forced here whatever the CPU,
+    so that the AVX2 path, which unpacks each group, is covered too): the same logits, step after step, in one-token
+    steps and a verify pass, fused and in Python."""
+    from specdec import quant
+
+    if kernel_name not in quant.kernels():
+        pytest.skip(f"this CPU does not run the {kernel_name} product kernel")
+    path = tiny_gguf(tmp_path / "target.gguf", types=TYPE_SETS["target"])
+    monkeypatch.setattr(quant, "preferred_layout", lambda qtype, rows: "r16" if qtype == "Q4_K" else "rows")
+    grouped = read_gguf(path)
+    monkeypatch.setattr(quant, "preferred_layout", lambda qtype, rows: "rows")
+    plain = read_gguf(path)
+    assert grouped.layers[1].q.layout == "r16" and plain.layers[1].q.layout == "rows"
+    with quant.use_kernel(kernel_name):
+        for fused in (True, False):
+            outs = []
+            for model in (grouped, plain):
+                session = LeanLM(model, max_length=128, fused=fused)
+                session.extend(TOKENS[:40], 1)
+                steps = [session.extend([t], 1) for t in TOKENS[40:44]]
+                verify = session.extend(TOKENS[44:50], 6)
+                outs.append([*steps, verify])
+            assert all(torch.equal(a, b) for a, b in zip(*outs)), fused
+
+
 def state(session, logits):
     """What a pass leaves: its logits, the last hidden states and the KV cache up to the session's length."""
     end = session.length
@@ -121,6 +148,17 @@ def test_a_corrupt_plan_row_is_refused_by_the_native_check(models, field, value,
     fused, hidden = plan_and_call(models["draft"])
     fused.plan[1, field] = value
     with pytest.raises(ValueError, match=f"layer plan row 1: .*{error}"):
+        fused.forward(hidden, 0)
+
+
+def test_a_grouped_run_whose_outputs_are_not_whole_groups_is_refused(models):
+    from specdec import _layers
+
+    fused, hidden = plan_and_call(models["target"])
+    fused.plan[1, 3] = _layers.type_codes()["Q4_K_R16"]  # the first q|k|v run as Q4_K in groups of 16 rows ...
+    fused.plan[1, 5] = 148  # ... of one block a row (hidden 256) ...
+    fused.plan[1, 6] = 500  # ... over 500 outputs
+    with pytest.raises(ValueError, match="layer plan row 1: a Q4_K_R16 product's outputs are not groups of 16 rows"):
         fused.forward(hidden, 0)
 
 

@@ -217,3 +217,102 @@ def test_non_contiguous_activations_and_zero_rows_work():
     wide = torch.randn(3, 512)
     assert torch.equal(matrix.matmul(wide[:, ::2]), matrix.matmul(wide[:, ::2].contiguous()))
     assert matrix.matmul(torch.empty(0, 256)).shape == (0, 8)
+
+
+# --- Q4_K in groups of 16 rows (layout "r16": the AVX-512 kernels' own) ----------------------------------------------
+@pytest.mark.parametrize("rows, in_features", [(16, 256), (48, 1536), (32, 2304)])
+def test_q4k_in_groups_of_16_rows_keeps_every_byte_and_dequantises_as_the_gguf_package_does(rows, in_features):
+    matrix = random_quant_matrix("Q4_K", rows, in_features, seed=rows + in_features)
+    grouped = matrix.in_layout("r16")
+    assert (grouped.layout, grouped.kernel_type, grouped.qtype) == ("r16", "Q4_K_R16", "Q4_K")
+    assert grouped.raw.shape == (rows, in_features // 256 * 148) and grouped.nbytes == rows * in_features // 256 * 148
+    assert torch.equal(grouped.in_layout("rows").raw, matrix.raw)  # the file's bytes again, byte for byte
+    assert not torch.equal(grouped.raw[:, :matrix.raw.shape[1]], matrix.raw)  # the bytes did move
+    expected = torch.from_numpy(reference_dequantize(matrix.raw.numpy(), "Q4_K").reshape(rows, in_features))
+    assert torch.equal(_bits(grouped.dequantize_rows()), _bits(expected))
+    picked = [rows - 1, 0, 17 % rows, 0]  # rows of different groups, repeated
+    assert torch.equal(_bits(grouped.dequantize_rows(picked)), _bits(expected[picked]))
+
+
+@pytest.mark.parametrize("in_features", [256, 512, 1536, 2304])
+def test_q4k_in_groups_of_16_rows_gives_the_file_layouts_bits(in_features, kernel, threads):
+    """Every kernel (AVX-512 on the groups; AVX2 unpacking each group to the file's rows) gives the row code's bits:
+    1..16 rows (passes of up to four inputs over a group), blocks per row from 1 to 9, with and without a bias. Since
+    the row code's rows are batch-invariant (above), so are the groups'."""
+    matrix = random_quant_matrix("Q4_K", 64, in_features, seed=in_features + 9)
+    grouped = matrix.in_layout("r16")
+    torch.manual_seed(in_features)
+    x, bias = torch.randn(16, in_features) * 4, torch.randn(64)
+    with quant.use_kernel("avx2"):
+        reference = [matrix.matmul(x[:rows], bias) for rows in range(1, 17)]
+        plain = matrix.matmul(x[:5])
+    for rows in range(1, 17):
+        assert torch.equal(_bits(grouped.matmul(x[:rows], bias)), _bits(reference[rows - 1])), (kernel, rows)
+    assert torch.equal(_bits(grouped.matmul(x[:5])), _bits(plain))
+
+
+@pytest.mark.skipif(not GGUF_FILES, reason="no GGUF files under resources/gguf (the models stage makes them)")
+def test_the_study_files_q4k_weights_give_the_same_bits_in_groups_of_16_rows(kernel):
+    from specdec.gguf_header import read_header
+
+    torch.manual_seed(6)
+    path = next(p for p in GGUF_FILES if "1.5b" in p.name) if any("1.5b" in p.name for p in GGUF_FILES) \
+        else GGUF_FILES[0]
+    name, info = next((n, t) for n, t in read_header(path, string_arrays=()).tensors.items()
+                      if t.qtype == "Q4_K" and len(t.shape) == 2)
+    row_bytes = quant.row_bytes("Q4_K", info.shape[1])
+    rows = np.fromfile(path, dtype=np.uint8, count=64 * row_bytes, offset=info.offset).reshape(64, -1)
+    matrix = QuantMatrix(torch.from_numpy(rows), "Q4_K", info.shape[1], name)
+    grouped = matrix.in_layout("r16")
+    assert torch.equal(grouped.in_layout("rows").raw, matrix.raw)
+    x = torch.randn(9, info.shape[1])
+    for m in (1, 2, 5, 9):
+        assert torch.equal(_bits(grouped.matmul(x[:m])), _bits(matrix.matmul(x[:m]))), (path.name, name, m)
+
+
+def test_a_layout_that_cannot_hold_the_matrix_is_refused():
+    with pytest.raises(ValueError, match="whole groups of 16 rows, got 29"):
+        random_quant_matrix("Q4_K", 29, 256, name="odd").in_layout("r16")
+    with pytest.raises(ValueError, match="Q6_K has no layout 'r16'"):
+        random_quant_matrix("Q6_K", 32, 256).in_layout("r16")
+    q6 = random_quant_matrix("Q6_K", 32, 256)
+    with pytest.raises(ValueError, match="r16 for Q4_K only"):
+        QuantMatrix(q6.raw, "Q6_K", 256, "head", layout="r16")
+    q4 = random_quant_matrix("Q4_K", 32, 256)
+    with pytest.raises(ValueError, match="144 bytes per row, but 256 Q4_K values take 148 in layout r16"):
+        QuantMatrix(q4.raw, "Q4_K", 256, "q", layout="r16")
+    with pytest.raises(ValueError, match="layout 'r32'"):
+        QuantMatrix(q4.raw, "Q4_K", 256, "q", layout="r32")
+
+
+def test_the_native_calls_check_the_grouped_layouts_sizes():
+    """What quant.py checks is checked again in C: groups of 16 rows, whole blocks, and no dequantisation of grouped
+    bytes as if they were rows."""
+    from specdec import _quant
+
+    grouped = random_quant_matrix("Q4_K", 32, 256).in_layout("r16")
+    x, y, out = torch.randn(1, 256), torch.empty(1, 32), torch.empty(32, 148, dtype=torch.uint8)
+    kernel = quant.kernel_name()
+    with pytest.raises(ValueError, match="bad product sizes: N 24"):
+        _quant.matmul("Q4_K_R16", grouped.raw.data_ptr(), 148, x.data_ptr(), 0, y.data_ptr(), 24, 256, 1, 1, kernel)
+    with pytest.raises(ValueError, match="bad product sizes"):  # the file's 144 bytes a block, not the groups' 148
+        _quant.matmul("Q4_K_R16", grouped.raw.data_ptr(), 144, x.data_ptr(), 0, y.data_ptr(), 32, 256, 1, 1, kernel)
+    for n, k in ((24, 256), (32, 300), (-16, 256)):
+        with pytest.raises(ValueError, match=f"multiple of 16 .* got {n} x {k}"):
+            _quant.r16_pack(grouped.raw.data_ptr(), out.data_ptr(), n, k)
+    with pytest.raises(ValueError, match="unpacking them"):
+        _quant.dequantize("Q4_K_R16", grouped.raw.data_ptr(), y.data_ptr(), 1, 256)
+
+
+def test_the_layout_a_model_loads_with_follows_the_kernel_and_can_be_named(monkeypatch):
+    monkeypatch.delenv(quant.LAYOUT_ENV, raising=False)
+    wide = quant.kernel_name() == "avx512-vnni"
+    assert quant.preferred_layout("Q4_K", 32) == ("r16" if wide else "rows")
+    assert quant.preferred_layout("Q4_K", 24) == "rows" and quant.preferred_layout("Q6_K", 32) == "rows"
+    with quant.use_kernel("avx2"):
+        assert quant.preferred_layout("Q4_K", 32) == "rows"
+    monkeypatch.setenv(quant.LAYOUT_ENV, "rows")
+    assert quant.preferred_layout("Q4_K", 32) == "rows"
+    monkeypatch.setenv(quant.LAYOUT_ENV, "r32")
+    with pytest.raises(ValueError, match="SPECDEC_QUANT_LAYOUT='r32': expected 'auto' or 'rows'"):
+        quant.preferred_layout("Q4_K", 32)

@@ -55,7 +55,7 @@ def main(snakemake):
                                              settings, tmp),
                 max_new_tokens=n, repeats=int(s["repeats"]), log=log.info)
         # what ran, recorded with the runs themselves (the table's provenance reads it from them)
-        frame = frame.assign(domain=snakemake.wildcards.domain, quant_kernel=quant.kernel_name(),
+        frame = frame.assign(domain=snakemake.wildcards.domain, quant_kernel=quant.kernel_label(),
                              kernel_build=kernel_build(), llamacpp_repack=bool(p.repack))
         write_parquet(frame, snakemake.output[0])
 

@@ -29,7 +29,7 @@ def ran_on(runs) -> dict:
     recorded: the table job's own, said so)."""
     recorded = [column for column in ("quant_kernel", "kernel_build", "llamacpp_repack") if column in runs]
     if len(recorded) < 3:
-        return {"quant_kernel": quant.kernel_name(), "kernel_build": kernel_build(),
+        return {"quant_kernel": quant.kernel_label(), "kernel_build": kernel_build(),
                 "recorded_by": "the table job (these runs predate recording them)"}
     return {column: sorted(runs[column].astype(str).unique()) for column in recorded} | {"recorded_by": "the runs"}
 
