@@ -7,8 +7,9 @@ positions (issue 26: the batch-invariant default), for each runtime.linear_kerne
         --prompts-dir results/gguf/prompts --out results/gguf/tables/batch_invariance.csv
 
 With --gguf the file runs on the lean engine once per quantized product kernel this CPU has (--kernels names them;
-default: all), and each kernel's one-token steps are also compared with the first kernel's
-(`identical_to_first_kernel`: the kernels claim the same bits).
+default: all) on the file's row layout, and once more in the layout models load with where that is another (Q4_K
+and Q6_K in groups of 16 rows on AVX-512: "avx512-vnni-r16"); each run's one-token steps are also compared with the
+first kernel's (`identical_to_first_kernel`: the kernels and layouts claim the same bits).
 
 Per prompt of each domain (results/prompts/{domain}.parquet): the prompt pass, then `--tokens` greedy one-token
 steps (the reference rows); then, for each m, the same tokens fed in passes of m after the same prompt pass, every
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import time
 from pathlib import Path
 
@@ -72,13 +74,19 @@ def main() -> None:
         from specdec.lean import LeanLM
 
         kernels, model_name = args.kernels or list(quant.kernels()), Path(args.gguf).name
+        os.environ[quant.LAYOUT_ENV] = "rows"
         lean = LeanLM(args.gguf)  # one session: the kernel is chosen per block of work, not per load
+        os.environ[quant.LAYOUT_ENV] = "auto"
+        sessions = {kernel: (lean, kernel) for kernel in kernels}
+        if quant.kernel_label() != quant.kernel_name():  # models load in another layout: that too, on its kernel
+            sessions[quant.kernel_label()] = (LeanLM(args.gguf), quant.kernel_name())
+        kernels = list(sessions)
     else:
         kernels, model_name = args.kernels or ["invariant", "auto"], Path(args.model).name
     records, first_steps = [], {}
     for kernel in kernels:
         if args.gguf:
-            session, context = lean, quant.use_kernel(kernel)
+            session, context = sessions[kernel][0], quant.use_kernel(sessions[kernel][1])
         else:
             runtime = Runtime(linear_kernel=kernel, threads=args.threads)
             session, context = CachedLM(load_for_decoding(args.model, runtime)[0]), contextlib.nullcontext()
@@ -96,6 +104,7 @@ def main() -> None:
                                         "identical_to_first_kernel": same_as_first})
                     print(f"{kernel} {domain} {prompt_id}: {time.time() - start:.0f} s", flush=True)
         del session
+    sessions = None
     table = pd.DataFrame(records)
     write_csv(table, args.out)
     summary = table.groupby(["linear_kernel", "m"])[["positions", "identical", "argmax_flips",

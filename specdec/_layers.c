@@ -140,7 +140,7 @@ static int check_run(const int64_t *run, int64_t in_features, int64_t outputs, l
     if (run[2] != in_features / BLOCK_VALUES[type] * BLOCK_BYTES[type])
         return fail("a product's bytes per row do not match its type and input width", index);
     if (!run[1]) return fail("a product's weight address is null", index);
-    if (type == Q4_K_R16 && outputs % R16) return fail("a Q4_K_R16 product's outputs are not groups of 16 rows", index);
+    if (is_grouped(type) && outputs % R16) return fail("a grouped product's outputs are not whole groups of 16 rows", index);
     return 1;
 }
 

@@ -35,8 +35,8 @@ static PyObject *py_dequantize(PyObject *self, PyObject *args) {
     if (!PyArg_ParseTuple(args, "sKKLL", &name, &src, &dst, &rows, &K)) return NULL;
     const int type = parse_type(name);
     if (type < 0 || !check_sizes(type, K)) return NULL;
-    if (type == Q4_K_R16) {
-        PyErr_SetString(PyExc_ValueError, "Q4_K_R16 rows are dequantised after unpacking them (r16_unpack)");
+    if (is_grouped(type)) {
+        PyErr_Format(PyExc_ValueError, "%s rows are dequantised after unpacking them (r16_unpack)", TYPE_NAMES[type]);
         return NULL;
     }
     if (rows < 0) {
@@ -82,7 +82,7 @@ static PyObject *py_matmul(PyObject *self, PyObject *args) {
     const int kernel = parse_kernel(kernel_name);
     if (kernel < 0) return NULL;
     if (N < 1 || M < 1 || threads < 1 || stride != K / BLOCK_VALUES[type] * BLOCK_BYTES[type] ||
-        (type == Q4_K_R16 && N % R16)) {
+        (is_grouped(type) && N % R16)) {
         PyErr_Format(PyExc_ValueError, "bad product sizes: N %lld, M %lld, threads %d, %lld bytes per row", N, M,
                      threads, stride);
         return NULL;
@@ -98,24 +98,32 @@ static PyObject *py_matmul(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
-/* r16_pack(src, dst, N, K) / r16_unpack(src, dst, N, K): N rows (a multiple of 16) of K values (a multiple of 256)
- * between the file's Q4_K rows (N x K/256 x 144 bytes) and groups of 16 rows (N x K/256 x 148 bytes). */
+/* r16_pack(type, src, dst, N, K) / r16_unpack(type, src, dst, N, K): N rows (a multiple of 16) of K values (a multiple
+ * of 256) of Q4_K or Q6_K between the file's rows (N x K/256 x 144 or 210 bytes) and groups of 16 rows (N x K/256 x
+ * 148 or 210 bytes). */
 static PyObject *repack(PyObject *args, int pack) {
+    const char *name;
     unsigned long long src, dst;
     long long N, K;
-    if (!PyArg_ParseTuple(args, "KKLL", &src, &dst, &N, &K)) return NULL;
+    if (!PyArg_ParseTuple(args, "sKKLL", &name, &src, &dst, &N, &K)) return NULL;
+    const int type = parse_type(name);
+    if (type < 0) return NULL;
+    if (type != Q4_K && type != Q6_K) {
+        PyErr_Format(PyExc_ValueError, "only Q4_K and Q6_K have groups of 16 rows, not %s", name);
+        return NULL;
+    }
     if (!supported()) {
         PyErr_SetString(PyExc_RuntimeError, "specdec._quant needs an x86 CPU with AVX2, FMA and F16C");
         return NULL;
     }
     if (N < 0 || N % R16 || K < 1 || K % QK || !src || !dst) {
-        PyErr_Format(PyExc_ValueError, "Q4_K groups of 16 rows need rows a multiple of 16 and a positive multiple "
-                     "of 256 values a row, got %lld x %lld", N, K);
+        PyErr_Format(PyExc_ValueError, "%s groups of 16 rows need rows a multiple of 16 and a positive multiple "
+                     "of 256 values a row, got %lld x %lld", name, N, K);
         return NULL;
     }
 #ifdef SPECDEC_X86
     Py_BEGIN_ALLOW_THREADS
-    (pack ? r16_pack : r16_unpack)((const uint8_t *)(uintptr_t)src, (uint8_t *)(uintptr_t)dst, N, K);
+    r16_convert(type, pack, (const uint8_t *)(uintptr_t)src, (uint8_t *)(uintptr_t)dst, N, K);
     Py_END_ALLOW_THREADS
 #endif
     Py_RETURN_NONE;
@@ -146,8 +154,8 @@ static PyObject *py_build(PyObject *self, PyObject *args) { return PyUnicode_Fro
 static PyMethodDef methods[] = {
     {"dequantize", py_dequantize, METH_VARARGS, "Rows of ggml blocks to fp32, as the gguf package computes them."},
     {"matmul", py_matmul, METH_VARARGS, "y = x @ W.T (+ b) for a quantized W; batch-invariant (see the source)."},
-    {"r16_pack", py_r16_pack, METH_VARARGS, "Q4_K rows -> Q4_K in groups of 16 rows (every byte kept)."},
-    {"r16_unpack", py_r16_unpack, METH_VARARGS, "Q4_K in groups of 16 rows -> the file's Q4_K rows, byte for byte."},
+    {"r16_pack", py_r16_pack, METH_VARARGS, "Q4_K / Q6_K rows -> groups of 16 rows (every byte kept)."},
+    {"r16_unpack", py_r16_unpack, METH_VARARGS, "Groups of 16 rows -> the file's Q4_K / Q6_K rows, byte for byte."},
     {"supported", py_supported, METH_NOARGS, "Whether this CPU can run the kernels (AVX2, FMA, F16C)."},
     {"kernels", py_kernels, METH_NOARGS, "The product kernels this CPU runs, slowest first (all give the same bits)."},
     {"build", py_build, METH_NOARGS, "The hash of the source and compile flags this module was built from."},

@@ -40,12 +40,12 @@
  * on the Intel Xeon, 512 B-2 KB alike within noise; 4 KB and more slowed the head's product) */
 #define PREFETCH_BYTES 1024
 
-/* Q4_K_R16: Q4_K's blocks repacked in groups of 16 rows (below, "Q4_K in groups of 16 rows"): 148 bytes per row and
- * block on average, every value kept. */
-enum qtype { Q4_K, Q6_K, Q5_0, Q8_0, F32, F16, Q4_K_R16, N_TYPES };
-static const char *TYPE_NAMES[N_TYPES] = {"Q4_K", "Q6_K", "Q5_0", "Q8_0", "F32", "F16", "Q4_K_R16"};
-static const int BLOCK_VALUES[N_TYPES] = {256, 256, 32, 32, 1, 1, 256};
-static const int BLOCK_BYTES[N_TYPES] = {144, 210, 22, 34, 4, 2, 148};
+/* Q4_K_R16, Q6_K_R16: the blocks repacked in groups of 16 rows (below, "Q4_K in groups of 16 rows"): 148 and 210
+ * bytes per row and block on average, every value kept. */
+enum qtype { Q4_K, Q6_K, Q5_0, Q8_0, F32, F16, Q4_K_R16, Q6_K_R16, N_TYPES };
+static const char *TYPE_NAMES[N_TYPES] = {"Q4_K", "Q6_K", "Q5_0", "Q8_0", "F32", "F16", "Q4_K_R16", "Q6_K_R16"};
+static const int BLOCK_VALUES[N_TYPES] = {256, 256, 32, 32, 1, 1, 256, 256};
+static const int BLOCK_BYTES[N_TYPES] = {144, 210, 22, 34, 4, 2, 148, 210};
 
 /* The product kernels, best last: which one runs is the caller's choice among those the CPU supports
  * (kernel_supported); all give the same bits. */
@@ -196,9 +196,9 @@ TARGET static void dequantize_row(int type, const uint8_t *w, float *y, int64_t 
  * A group's block (2368 bytes, 148 a row): d and dmin of the 16 rows (fp16, as the file holds them), the rows' eight
  * 6-bit scales (a byte each, [sub-block][row]) and eight mins (bytes, [pair of sub-blocks][row][2]), then the quants:
  * for each of the block's four 32-byte chunks and each 4-byte quad of it, the 16 rows' four bytes. Groups follow one
- * another, each its blocks in order. Every byte of the file's blocks is kept (r16_unpack gives them back). */
+ * another, each its blocks in order. Every byte of the file's blocks is kept (q4k_r16_unpack gives them back). */
 #define R16 16
-#define R16_BYTES (R16 * 148)
+#define R16_Q4K_BYTES (R16 * 148)
 #define R16_D 0
 #define R16_DMIN 32
 #define R16_SCALES 64
@@ -206,11 +206,11 @@ TARGET static void dequantize_row(int type, const uint8_t *w, float *y, int64_t 
 #define R16_QS 320
 
 /* N rows (a multiple of 16) of K values: the file's Q4_K rows (144 bytes a block) -> groups of 16 rows. */
-static void r16_pack(const uint8_t *src, uint8_t *dst, int64_t N, int64_t K) {
+static void q4k_r16_pack(const uint8_t *src, uint8_t *dst, int64_t N, int64_t K) {
     const int64_t blocks = K / QK, row = blocks * 144;
     for (int64_t g = 0; g < N / R16; g++)
         for (int64_t b = 0; b < blocks; b++) {
-            uint8_t *o = dst + (g * blocks + b) * R16_BYTES;
+            uint8_t *o = dst + (g * blocks + b) * R16_Q4K_BYTES;
             for (int r = 0; r < R16; r++) {
                 const uint8_t *w = src + (g * R16 + r) * row + b * 144;
                 memcpy(o + R16_D + 2 * r, w, 2);
@@ -229,11 +229,11 @@ static void r16_pack(const uint8_t *src, uint8_t *dst, int64_t N, int64_t K) {
 
 /* The inverse: groups of 16 rows -> the file's Q4_K rows, byte for byte (the 12 packed scale bytes hold exactly the
  * sixteen 6-bit values: q4k_scale_min read backwards). */
-static void r16_unpack(const uint8_t *src, uint8_t *dst, int64_t N, int64_t K) {
+static void q4k_r16_unpack(const uint8_t *src, uint8_t *dst, int64_t N, int64_t K) {
     const int64_t blocks = K / QK, row = blocks * 144;
     for (int64_t g = 0; g < N / R16; g++)
         for (int64_t b = 0; b < blocks; b++) {
-            const uint8_t *o = src + (g * blocks + b) * R16_BYTES;
+            const uint8_t *o = src + (g * blocks + b) * R16_Q4K_BYTES;
             for (int r = 0; r < R16; r++) {
                 uint8_t *w = dst + (g * R16 + r) * row + b * 144;
                 int sc[8], m[8];
@@ -252,6 +252,84 @@ static void r16_unpack(const uint8_t *src, uint8_t *dst, int64_t N, int64_t K) {
                     for (int t = 0; t < 8; t++) memcpy(w + 16 + 32 * p + 4 * t, o + R16_QS + 512 * p + 64 * t + 4 * r, 4);
             }
         }
+}
+
+/* --- Q6_K in groups of 16 rows (Q6_K_R16) ------------------------------------------------------------------------
+ * The same idea for Q6_K (the target's LM head and half its ffn_down and attn_v). The row code's float epilogue is
+ * per lane, not per block: lane l of a block's eight int32 lanes holds, over the block's eight 32-value pieces t,
+ * scale[2t + (l >= 4)] times the products of values 32t + 4l .. 32t + 4l + 3, less 32 x (scale[2l] x the input's sum
+ * of values 32l..32l+15 + scale[2l + 1] x that of the next 16), and enters accumulator l as (d x the input's scale)
+ * times it, rounded once; the output is hsum8 of the eight. Grouped, a register holds the four values 32t + 4l + c
+ * of 16 rows, so vpmaddubsw with the four broadcast input quants and vpdpwssd with the rows' scales give each row's
+ * lane l exactly, and the eight accumulators hold the 16 rows in their lanes: the same bits (tests/test_quant.py).
+ *
+ * A group's block (3360 bytes, 210 a row: the file's size): d of the 16 rows (fp16), the rows' sixteen int8 scales
+ * ([pair j / 2][row][j mod 2]), then per piece t (384 bytes): four registers of low nibbles (byte 4r + c: value
+ * 32t + 4k + c of row r in the low nibble, 32t + 4(k + 4) + c in the high one, k = 0..3) and two of the quants' top
+ * two bits (value 32t + 4(4h + k) + c's at bits 2k..2k+1 of byte 4r + c of register h). */
+#define R16_Q6K_BYTES (R16 * 210)
+#define R16_Q6K_D 0
+#define R16_Q6K_SCALES 32
+#define R16_Q6K_QS 288
+
+/* A Q6_K block's 6-bit quant of value v (0..63; the gguf package's layout). */
+static inline int q6k_quant(const uint8_t *w, int v) {
+    const int h = v / 128, r = v % 128;
+    const int low = r < 64 ? w[64 * h + r] & 0x0F : w[64 * h + r - 64] >> 4;
+    return low | ((w[128 + 32 * h + r % 32] >> (2 * (r / 32))) & 3) << 4;
+}
+
+static void q6k_r16_pack(const uint8_t *src, uint8_t *dst, int64_t N, int64_t K) {
+    const int64_t blocks = K / QK, row = blocks * 210;
+    for (int64_t g = 0; g < N / R16; g++)
+        for (int64_t b = 0; b < blocks; b++) {
+            uint8_t *o = dst + (g * blocks + b) * R16_Q6K_BYTES;
+            memset(o, 0, R16_Q6K_BYTES);
+            for (int r = 0; r < R16; r++) {
+                const uint8_t *w = src + (g * R16 + r) * row + b * 210;
+                memcpy(o + R16_Q6K_D + 2 * r, w + 208, 2);
+                for (int j = 0; j < 16; j++) o[R16_Q6K_SCALES + 2 * R16 * (j / 2) + 2 * r + j % 2] = w[192 + j];
+                for (int t = 0; t < 8; t++)
+                    for (int l = 0; l < 8; l++)
+                        for (int c = 0; c < 4; c++) {
+                            const int q = q6k_quant(w, 32 * t + 4 * l + c), byte = 4 * r + c;
+                            uint8_t *piece = o + R16_Q6K_QS + 384 * t;
+                            piece[64 * (l % 4) + byte] |= (uint8_t)((q & 0x0F) << (l < 4 ? 0 : 4));
+                            piece[256 + 64 * (l / 4) + byte] |= (uint8_t)((q >> 4) << (2 * (l % 4)));
+                        }
+            }
+        }
+}
+
+static void q6k_r16_unpack(const uint8_t *src, uint8_t *dst, int64_t N, int64_t K) {
+    const int64_t blocks = K / QK, row = blocks * 210;
+    for (int64_t g = 0; g < N / R16; g++)
+        for (int64_t b = 0; b < blocks; b++) {
+            const uint8_t *o = src + (g * blocks + b) * R16_Q6K_BYTES;
+            for (int r = 0; r < R16; r++) {
+                uint8_t *w = dst + (g * R16 + r) * row + b * 210;
+                memset(w, 0, 192);
+                memcpy(w + 208, o + R16_Q6K_D + 2 * r, 2);
+                for (int j = 0; j < 16; j++) w[192 + j] = o[R16_Q6K_SCALES + 2 * R16 * (j / 2) + 2 * r + j % 2];
+                for (int t = 0; t < 8; t++)
+                    for (int l = 0; l < 8; l++)
+                        for (int c = 0; c < 4; c++) {
+                            const uint8_t *piece = o + R16_Q6K_QS + 384 * t;
+                            const int byte = 4 * r + c;
+                            const int q = ((piece[64 * (l % 4) + byte] >> (l < 4 ? 0 : 4)) & 0x0F) |
+                                          ((piece[256 + 64 * (l / 4) + byte] >> (2 * (l % 4))) & 3) << 4;
+                            const int v = 32 * t + 4 * l + c, h = v / 128, rr = v % 128;
+                            w[rr < 64 ? 64 * h + rr : 64 * h + rr - 64] |= (uint8_t)((q & 0x0F) << (rr < 64 ? 0 : 4));
+                            w[128 + 32 * h + rr % 32] |= (uint8_t)((q >> 4) << (2 * (rr / 32)));
+                        }
+            }
+        }
+}
+
+/* Rows of `type` (Q4_K or Q6_K) to groups of 16 rows (pack) or back. */
+static void r16_convert(int type, int pack, const uint8_t *src, uint8_t *dst, int64_t N, int64_t K) {
+    if (type == Q4_K) (pack ? q4k_r16_pack : q4k_r16_unpack)(src, dst, N, K);
+    else (pack ? q6k_r16_pack : q6k_r16_unpack)(src, dst, N, K);
 }
 
 /* --- activations, one row at a time ------------------------------------------------------------------------------ */
@@ -718,7 +796,7 @@ ROW_Q32(row_q5_0_512, TARGET512, GROUP512, 22, q5_0_unsigned, dot_offset_vnni)
 ROW_Q32(row_q8_0_512, TARGET512, GROUP512, 34, q8_0_quants, dot_act_vnni)
 
 /* Q4_K in groups of 16 rows: the 16 outputs of one group for nx inputs (out[i * R16 + r]); the layout and why it
- * gives the row code's bits are above r16_pack. Per block and input: S (lane r: the row's scaled quants times the
+ * gives the row code's bits are above q4k_r16_pack. Per block and input: S (lane r: the row's scaled quants times the
  * input's, exact), Mn (the mins times the input's sums per 32), then q4k_flush's two roundings into accumulator
  * b mod 8; at the end hsum8's order across the eight. room: the blocks from w to the matrix's end (the prefetches
  * stay inside it). */
@@ -733,12 +811,12 @@ TARGET512 static inline __attribute__((always_inline)) void group_q4_k_r16(const
     for (int i = 0; i < nx; i++)
         for (int l = 0; l < 8; l++) acc[i][l] = _mm512_setzero_ps();
     const __m512i low4 = _mm512_set1_epi8(0x0F);
-    for (int64_t b = 0; b < blocks; b++, w += R16_BYTES) {
+    for (int64_t b = 0; b < blocks; b++, w += R16_Q4K_BYTES) {
         /* the block R16_AHEAD blocks on (when the group or the next one has it) is asked for now; a prefetch
          * changes no value */
         if (b + R16_AHEAD < room)
-            for (int off = 0; off < R16_BYTES; off += 64)
-                _mm_prefetch((const char *)(w + R16_AHEAD * R16_BYTES + off), _MM_HINT_T0);
+            for (int off = 0; off < R16_Q4K_BYTES; off += 64)
+                _mm_prefetch((const char *)(w + R16_AHEAD * R16_Q4K_BYTES + off), _MM_HINT_T0);
         __m512i S[R16_INPUTS];
         for (int i = 0; i < nx; i++) S[i] = _mm512_setzero_si512();
         for (int p = 0; p < 4; p++) { /* chunk p: sub-blocks 2p (low nibbles) and 2p + 1 (high) */
@@ -793,6 +871,80 @@ GROUP_FN(1) GROUP_FN(2) GROUP_FN(3) GROUP_FN(4)
 static void (*const group_q4_k_r16_for[R16_INPUTS + 1])(const uint8_t *, const act_k *const *, int64_t, int64_t,
                                                          float *) = {
     NULL, group_q4_k_r16_1, group_q4_k_r16_2, group_q4_k_r16_3, group_q4_k_r16_4};
+
+/* Q6_K in groups of 16 rows: the 16 outputs of one group for nx inputs (the layout and why it gives the row code's
+ * bits are above q6k_r16_pack). Per block: lane l's integers for every row (eight registers per input), its offset
+ * off them, then q6k_accumulate's rounding into accumulator l; at the end hsum8's order across the eight. */
+/* inputs per pass: eight integer registers each, so four spill some, yet measured faster over the whole step than one
+ * or two (bench/lean_step.py, Zen 5: the re-unpacking of a pass costs more than the spills) */
+#define R16_Q6K_INPUTS 4
+TARGET512 static inline __attribute__((always_inline)) void group_q6_k_r16(const uint8_t *w, const act_k *const *x,
+                                                                           int nx, int64_t blocks, int64_t room,
+                                                                           float *out) {
+    __m512 acc[R16_Q6K_INPUTS][8];
+    for (int i = 0; i < nx; i++)
+        for (int l = 0; l < 8; l++) acc[i][l] = _mm512_setzero_ps();
+    const __m512i low4 = _mm512_set1_epi8(0x0F), top2 = _mm512_set1_epi8(0x30);
+    /* int16 lanes 2r and 2r + 1 both take row r's scale 2t (even) or 2t + 1 (odd) from lanes 2r, 2r + 1 */
+    const __m512i even = _mm512_broadcast_i32x4(_mm_setr_epi8(0, 1, 0, 1, 4, 5, 4, 5, 8, 9, 8, 9, 12, 13, 12, 13));
+    const __m512i odd = _mm512_broadcast_i32x4(_mm_setr_epi8(2, 3, 2, 3, 6, 7, 6, 7, 10, 11, 10, 11, 14, 15, 14, 15));
+    for (int64_t b = 0; b < blocks; b++, w += R16_Q6K_BYTES) {
+        if (b + R16_AHEAD < room) /* as group_q4_k_r16 */
+            for (int off = 0; off < R16_Q6K_BYTES; off += 64)
+                _mm_prefetch((const char *)(w + R16_AHEAD * R16_Q6K_BYTES + off), _MM_HINT_T0);
+        __m512i lanes[R16_Q6K_INPUTS][8];
+        for (int i = 0; i < nx; i++)
+            for (int l = 0; l < 8; l++) lanes[i][l] = _mm512_setzero_si512();
+        for (int t = 0; t < 8; t++) {
+            const uint8_t *piece = w + R16_Q6K_QS + 384 * t;
+            const __m512i pairs = _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)(w + R16_Q6K_SCALES + 32 * t)));
+            const __m512i sc_even = _mm512_shuffle_epi8(pairs, even), sc_odd = _mm512_shuffle_epi8(pairs, odd);
+            const __m512i qh0 = _mm512_loadu_si512(piece + 256), qh1 = _mm512_loadu_si512(piece + 320);
+            for (int k = 0; k < 4; k++) {
+                const __m512i v = _mm512_loadu_si512(piece + 64 * k);
+                /* the top two bits of lanes k and k + 4 moved to bits 4-5 (16-bit shifts: what crosses a byte is
+                 * masked off) */
+                const __m512i h0 = k < 3 ? _mm512_slli_epi16(qh0, 4 - 2 * k) : _mm512_srli_epi16(qh0, 2);
+                const __m512i h1 = k < 3 ? _mm512_slli_epi16(qh1, 4 - 2 * k) : _mm512_srli_epi16(qh1, 2);
+                const __m512i q_lo = _mm512_ternarylogic_epi32(_mm512_and_si512(v, low4), h0, top2, 0xF8);
+                const __m512i q_hi = _mm512_ternarylogic_epi32(_mm512_and_si512(_mm512_srli_epi16(v, 4), low4), h1,
+                                                               top2, 0xF8); /* a | (b & c) */
+                for (int i = 0; i < nx; i++) {
+                    int32_t a, c;
+                    memcpy(&a, x[i][b].q + 32 * t + 4 * k, 4);
+                    memcpy(&c, x[i][b].q + 32 * t + 4 * (k + 4), 4);
+                    lanes[i][k] = _mm512_dpwssd_epi32(lanes[i][k], _mm512_maddubs_epi16(q_lo, _mm512_set1_epi32(a)), sc_even);
+                    lanes[i][k + 4] = _mm512_dpwssd_epi32(lanes[i][k + 4], _mm512_maddubs_epi16(q_hi, _mm512_set1_epi32(c)), sc_odd);
+                }
+            }
+        }
+        const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(w + R16_Q6K_D)));
+        for (int l = 0; l < 8; l++) {
+            const __m512i pairs = _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)(w + R16_Q6K_SCALES + 32 * l)));
+            for (int i = 0; i < nx; i++) {
+                int32_t sums;
+                memcpy(&sums, x[i][b].sums + 2 * l, 4);
+                const __m512i offset = _mm512_dpwssd_epi32(_mm512_setzero_si512(), pairs, _mm512_set1_epi32(sums));
+                const __m512i total = _mm512_sub_epi32(lanes[i][l], _mm512_slli_epi32(offset, 5));
+                acc[i][l] = _mm512_fmadd_ps(_mm512_mul_ps(d, _mm512_set1_ps(x[i][b].d)), _mm512_cvtepi32_ps(total), acc[i][l]);
+            }
+        }
+    }
+    for (int i = 0; i < nx; i++) { /* hsum8's order */
+        const __m512 *a = acc[i];
+        _mm512_storeu_ps(out + i * R16, _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(a[0], a[4]), _mm512_add_ps(a[2], a[6])),
+                                                      _mm512_add_ps(_mm512_add_ps(a[1], a[5]), _mm512_add_ps(a[3], a[7]))));
+    }
+}
+#define GROUP_Q6_FN(N)                                                                                              \
+    TARGET512 static void group_q6_k_r16_##N(const uint8_t *w, const act_k *const *x, int64_t blocks, int64_t room, \
+                                             float *o) {                                                           \
+        group_q6_k_r16(w, x, N, blocks, room, o);                                                                  \
+    }
+GROUP_Q6_FN(1) GROUP_Q6_FN(2) GROUP_Q6_FN(3) GROUP_Q6_FN(4)
+#undef GROUP_Q6_FN
+static void (*const group_q6_k_r16_for[R16_Q6K_INPUTS + 1])(const uint8_t *, const act_k *const *, int64_t, int64_t,
+                                                            float *) = {NULL, group_q6_k_r16_1, group_q6_k_r16_2, group_q6_k_r16_3, group_q6_k_r16_4};
 
 /* Plain float weights (F32 / F16 matrices are rare in these files): widen and multiply-add, 8 lanes then a sum. */
 TARGET static void row_float(int type, const uint8_t *w, const float *const *x, int nx, int64_t K, float *out) {
@@ -1014,7 +1166,8 @@ TARGET_AMX static int amx_matmul_q4_k(const uint8_t *w, int64_t stride, const ac
     return 0;
 }
 
-static int is_k_quant(int type) { return type == Q4_K || type == Q6_K || type == Q4_K_R16; }
+static int is_k_quant(int type) { return type == Q4_K || type == Q6_K || type == Q4_K_R16 || type == Q6_K_R16; }
+static int is_grouped(int type) { return type == Q4_K_R16 || type == Q6_K_R16; }
 
 /* Output n (weights wn, the file's row) for every input, in groups of the kernel's width, of even sizes (9 rows: 5 +
  * 4): y[i * ldy + n]. */
@@ -1037,21 +1190,24 @@ TARGET static inline void product_row(int type, const uint8_t *wn, const void **
     }
 }
 
-/* Q4_K in groups of 16 rows (N a multiple of 16): AVX-512 and AMX run group_q4_k_r16 (up to R16_INPUTS inputs per
+/* Q4_K or Q6_K in groups of 16 rows (N a multiple of 16): AVX-512 and AMX run the group functions (a few inputs per
  * pass over a group, the group's blocks staying in cache between passes); AVX2 unpacks each group to the file's rows
  * and runs the row code: the same bits either way. Threads split the groups. */
-TARGET static int r16_matmul(const uint8_t *w, const void **rows, const float *bias, float *y, int64_t ldy, int64_t N,
-                             int64_t K, int64_t M, int threads, int kernel) {
-    const int64_t blocks = K / QK, n_groups = N / R16;
+TARGET static int r16_matmul(int type, const uint8_t *w, const void **rows, const float *bias, float *y, int64_t ldy,
+                             int64_t N, int64_t K, int64_t M, int threads, int kernel) {
+    const int q4 = type == Q4_K_R16, row_type = q4 ? Q4_K : Q6_K;
+    const int64_t blocks = K / QK, n_groups = N / R16, group_bytes = blocks * (q4 ? R16_Q4K_BYTES : R16_Q6K_BYTES);
     if (kernel != KERNEL_AVX2) {
-        const int64_t passes = (M + R16_INPUTS - 1) / R16_INPUTS;
+        const int per_pass = q4 ? R16_INPUTS : R16_Q6K_INPUTS;
+        const int64_t passes = (M + per_pass - 1) / per_pass;
 #pragma omp parallel for num_threads(threads) schedule(static)
         for (int64_t g = 0; g < n_groups; g++) {
-            const uint8_t *wg = w + g * blocks * R16_BYTES;
+            const uint8_t *wg = w + g * group_bytes;
             for (int64_t pass = 0, i0 = 0; pass < passes; pass++) {
                 const int nx = (int)(M / passes + (pass < M % passes));
                 float out[R16_INPUTS * R16];
-                group_q4_k_r16_for[nx](wg, (const act_k *const *)(rows + i0), blocks, (n_groups - g) * blocks, out);
+                (q4 ? group_q4_k_r16_for : group_q6_k_r16_for)[nx](wg, (const act_k *const *)(rows + i0), blocks,
+                                                                   (n_groups - g) * blocks, out);
                 for (int i = 0; i < nx; i++)
                     for (int r = 0; r < R16; r++)
                         y[(i0 + i) * ldy + g * R16 + r] = bias ? out[i * R16 + r] + bias[g * R16 + r] : out[i * R16 + r];
@@ -1060,17 +1216,18 @@ TARGET static int r16_matmul(const uint8_t *w, const void **rows, const float *b
         }
         return 0;
     }
-    uint8_t *unpacked = malloc((size_t)threads * R16 * blocks * 144);
+    const int64_t row_bytes = blocks * BLOCK_BYTES[row_type];
+    uint8_t *unpacked = malloc((size_t)threads * R16 * row_bytes);
     if (!unpacked) return -1;
 #pragma omp parallel num_threads(threads)
     {
-        uint8_t *mine = unpacked + (size_t)omp_get_thread_num() * R16 * blocks * 144;
+        uint8_t *mine = unpacked + (size_t)omp_get_thread_num() * R16 * row_bytes;
 #pragma omp for schedule(static)
         for (int64_t g = 0; g < n_groups; g++) {
-            r16_unpack(w + g * blocks * R16_BYTES, mine, R16, K);
+            r16_convert(row_type, 0, w + g * group_bytes, mine, R16, K);
             for (int r = 0; r < R16; r++) {
                 const int64_t n = g * R16 + r;
-                product_row(Q4_K, mine + r * blocks * 144, rows, M, 0, K, bias ? bias + n : NULL, y + n, ldy);
+                product_row(row_type, mine + r * row_bytes, rows, M, 0, K, bias ? bias + n : NULL, y + n, ldy);
             }
         }
     }
@@ -1078,7 +1235,7 @@ TARGET static int r16_matmul(const uint8_t *w, const void **rows, const float *b
     return 0;
 }
 
-/* y (M x N, rows ldy floats apart) = x (M x K) @ W^T (+ b): W's rows of ggml blocks, `stride` bytes apart (Q4_K_R16:
+/* y (M x N, rows ldy floats apart) = x (M x K) @ W^T (+ b): W's rows of ggml blocks, `stride` bytes apart (Q4_K_R16, Q6_K_R16:
  * groups of 16 rows, N a multiple of 16: the caller checks); `kernel` one that kernel_supported() accepts (the
  * caller checks). */
 TARGET static int matmul(int type, const uint8_t *w, int64_t stride, const float *x, const float *bias, float *y,
@@ -1104,8 +1261,8 @@ TARGET static int matmul(int type, const uint8_t *w, int64_t stride, const float
                 quantize_row_32(x + i * K, (act_32 *)rows[i], K, type == Q5_0 && wide ? 16 : 0);
         }
     }
-    if (type == Q4_K_R16) {
-        const int failed = r16_matmul(w, rows, bias, y, ldy, N, K, M, threads, kernel);
+    if (is_grouped(type)) {
+        const int failed = r16_matmul(type, w, rows, bias, y, ldy, N, K, M, threads, kernel);
         free(acts);
         free(rows);
         return failed;

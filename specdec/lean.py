@@ -51,12 +51,13 @@ def rotary_tables(head_dim: int, theta: float, length: int) -> tuple[torch.Tenso
     return emb.cos().unsqueeze(1), sin.unsqueeze(1)
 
 
-def product_kernel() -> str:
-    """The name recorded with each step for the products this engine runs on."""
-    name = getattr(quant, "kernel_label", None)  # the quant module's name for its kernel and layout, where it gives one
-    if name is not None:
-        return f"gguf-{name()}"
-    return "gguf-native"
+def product_kernel(model: GGUFModel | None = None) -> str:
+    """The name recorded with each step for the products this engine runs on: the product kernel, and "-r16" where
+    the model's matrices are in groups of 16 rows (without a model: where models load that way now)."""
+    if model is None:
+        return f"gguf-{quant.kernel_label()}"
+    grouped = any(m.layout == "r16" for w in model.layers for m in (w.q, w.v, w.up, w.down))
+    return f"gguf-{quant.kernel_name()}" + ("-r16" if grouped else "")
 
 
 class LeanLM(KeepsFeatures):
@@ -105,7 +106,7 @@ class LeanLM(KeepsFeatures):
 
     def kernel_for(self, rows: int) -> str:
         """Recorded with each step (decode.StepRecord.kernel): one product kernel for every row count."""
-        return product_kernel()
+        return product_kernel(self.model)
 
     def reset(self) -> None:
         self._length = 0

@@ -76,22 +76,24 @@ def use_kernel(name: str):
         _kernel_override = previous
 
 
-# Layouts of a matrix's bytes: "rows", the file's rows of blocks; "r16", Q4_K's blocks repacked in groups of 16 rows
-# for the AVX-512 kernels (specdec/_quant_kernels.h, r16_pack: every byte kept, 148 bytes a row and block instead of
-# 144; the same products, bit for bit, a third of the instructions per block).
+# Layouts of a matrix's bytes: "rows", the file's rows of blocks; "r16", Q4_K's or Q6_K's blocks repacked in groups of
+# 16 rows for the AVX-512 kernels (specdec/_quant_kernels.h, q4k_r16_pack / q6k_r16_pack: every byte kept; Q4_K 148
+# bytes a row and block instead of 144, Q6_K 210 as in the file; the same products, bit for bit, with a fraction of
+# the instructions per block).
 LAYOUTS = ("rows", "r16")
-R16_ROWS, R16_BLOCK_BYTES = 16, 148
+R16_ROWS = 16
+R16_BLOCK_BYTES = {"Q4_K": 148, "Q6_K": 210}
 LAYOUT_ENV = "SPECDEC_QUANT_LAYOUT"
 
 
 def preferred_layout(qtype: str, out_features: int) -> str:
-    """The layout a matrix of this type and height is given when a model loads: "r16" for Q4_K (whole groups of 16
-    rows) where the product kernel is avx512-vnni (measured faster there: docs/quantized.md), else "rows";
+    """The layout a matrix of this type and height is given when a model loads: "r16" for Q4_K and Q6_K (whole groups
+    of 16 rows) where the product kernel is avx512-vnni (measured faster there: docs/quantized.md), else "rows";
     $SPECDEC_QUANT_LAYOUT=rows keeps every matrix in the file's rows. Either layout gives the same bits."""
     wanted = os.environ.get(LAYOUT_ENV, "auto")
     if wanted not in ("auto", "rows"):
         raise ValueError(f"{LAYOUT_ENV}={wanted!r}: expected 'auto' or 'rows'")
-    if wanted == "rows" or qtype != "Q4_K" or out_features % R16_ROWS or not available():
+    if wanted == "rows" or qtype not in R16_BLOCK_BYTES or out_features % R16_ROWS or not available():
         return "rows"
     return "r16" if kernel_name() == "avx512-vnni" else "rows"
 
@@ -106,7 +108,7 @@ def kernel_label() -> str:
 def row_bytes(qtype: str, in_features: int, layout: str = "rows") -> int:
     values, nbytes = BLOCKS[qtype]
     if layout == "r16":
-        nbytes = R16_BLOCK_BYTES
+        nbytes = R16_BLOCK_BYTES[qtype]
     if in_features % values:
         raise ValueError(f"a {qtype} row holds a multiple of {values} values, got {in_features}")
     return in_features // values * nbytes
@@ -128,16 +130,17 @@ def reference_dequantize(raw: np.ndarray, qtype: str) -> np.ndarray:
 class QuantMatrix:
     """One GGUF weight matrix (out_features x in_features) in its file's block format.
 
-    raw: uint8 (out_features, row_bytes): the file's rows of blocks (layout "rows"), or for Q4_K the same blocks
-    repacked in groups of 16 rows (layout "r16", `in_layout`); a copy in memory, never written to. name: the
+    raw: uint8 (out_features, row_bytes): the file's rows of blocks (layout "rows"), or for Q4_K and Q6_K the same
+    blocks repacked in groups of 16 rows (layout "r16", `in_layout`); a copy in memory, never written to. name: the
     tensor's name in the file, for errors."""
 
     def __init__(self, raw: torch.Tensor, qtype: str, in_features: int, name: str = "weight", layout: str = "rows"):
         if qtype not in BLOCKS:
             raise UnsupportedTensorType(f"tensor {name!r} has type {qtype}; the quantized engine runs "
                                         f"{', '.join(SUPPORTED_TYPES)}")
-        if layout not in LAYOUTS or (layout == "r16" and qtype != "Q4_K"):
-            raise ValueError(f"tensor {name!r}: layout {layout!r} is not one of {qtype}'s (rows; r16 for Q4_K only)")
+        if layout not in LAYOUTS or (layout == "r16" and qtype not in R16_BLOCK_BYTES):
+            raise ValueError(f"tensor {name!r}: layout {layout!r} is not one of {qtype}'s (rows; r16 for Q4_K and "
+                             f"Q6_K only)")
         if not isinstance(raw, torch.Tensor) or raw.dtype != torch.uint8 or raw.dim() != 2:
             raise TypeError(f"tensor {name!r}: raw bytes must be a 2-d uint8 tensor, got "
                             f"{getattr(raw, 'dtype', type(raw).__name__)} {tuple(getattr(raw, 'shape', ()))}")
@@ -153,14 +156,14 @@ class QuantMatrix:
     @property
     def kernel_type(self) -> str:
         """The type name the native code takes for these bytes ("Q4_K_R16" for Q4_K in groups of 16 rows)."""
-        return "Q4_K_R16" if self.layout == "r16" else self.qtype
+        return f"{self.qtype}_R16" if self.layout == "r16" else self.qtype
 
     def in_layout(self, layout: str) -> "QuantMatrix":
         """This matrix with its bytes in `layout` (a new copy; itself where it is already in it). Every byte of the
         file's blocks is kept: the "rows" of an "r16" matrix are the file's bytes again."""
         if layout == self.layout:
             return self
-        if layout not in LAYOUTS or self.qtype != "Q4_K":
+        if layout not in LAYOUTS or self.qtype not in R16_BLOCK_BYTES:
             raise ValueError(f"tensor {self.name!r}: {self.qtype} has no layout {layout!r}")
         if self.out_features % R16_ROWS:
             raise ValueError(f"tensor {self.name!r}: layout r16 holds whole groups of {R16_ROWS} rows, got "
@@ -169,7 +172,7 @@ class QuantMatrix:
             raise RuntimeError("repacking needs specdec._quant on an x86 CPU with AVX2, FMA and F16C")
         out = torch.empty(self.out_features, row_bytes(self.qtype, self.in_features, layout), dtype=torch.uint8)
         convert = _quant.r16_pack if layout == "r16" else _quant.r16_unpack
-        convert(self.raw.data_ptr(), out.data_ptr(), self.out_features, self.in_features)
+        convert(self.qtype, self.raw.data_ptr(), out.data_ptr(), self.out_features, self.in_features)
         return QuantMatrix(out, self.qtype, self.in_features, self.name, layout)
 
     @property

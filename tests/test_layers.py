@@ -44,19 +44,21 @@ def test_the_files_cover_every_product_layout(models):
 
 @pytest.mark.parametrize("kernel_name", ["avx2", "avx512-vnni"])
 def test_a_model_in_either_layout_gives_the_same_bits(tmp_path, monkeypatch, kernel_name, threads):
-    """The target's Q4_K matrices loaded in the file's rows and in groups of 16 rows (forced here whatever the CPU,
-    so that the AVX2 path, which unpacks each group, is covered too): the same logits, step after step, in one-token
-    steps and a verify pass, fused and in Python."""
+    """The target's Q4_K and Q6_K matrices loaded in the file's rows and in groups of 16 rows (forced here whatever
+    the CPU, so that the AVX2 path, which unpacks each group, is covered too): the same logits, step after step, in
+    one-token steps and a verify pass, fused and in Python."""
     from specdec import quant
 
     if kernel_name not in quant.kernels():
         pytest.skip(f"this CPU does not run the {kernel_name} product kernel")
     path = tiny_gguf(tmp_path / "target.gguf", types=TYPE_SETS["target"])
-    monkeypatch.setattr(quant, "preferred_layout", lambda qtype, rows: "r16" if qtype == "Q4_K" else "rows")
+    monkeypatch.setattr(quant, "preferred_layout",
+                        lambda qtype, rows: "r16" if qtype in quant.R16_BLOCK_BYTES and rows % 16 == 0 else "rows")
     grouped = read_gguf(path)
     monkeypatch.setattr(quant, "preferred_layout", lambda qtype, rows: "rows")
     plain = read_gguf(path)
-    assert grouped.layers[1].q.layout == "r16" and plain.layers[1].q.layout == "rows"
+    assert grouped.layers[1].q.layout == grouped.layers[0].v.layout == grouped.output.layout == "r16"  # Q4_K, Q6_K
+    assert plain.layers[1].q.layout == plain.output.layout == "rows"
     with quant.use_kernel(kernel_name):
         for fused in (True, False):
             outs = []
@@ -158,7 +160,7 @@ def test_a_grouped_run_whose_outputs_are_not_whole_groups_is_refused(models):
     fused.plan[1, 3] = _layers.type_codes()["Q4_K_R16"]  # the first q|k|v run as Q4_K in groups of 16 rows ...
     fused.plan[1, 5] = 148  # ... of one block a row (hidden 256) ...
     fused.plan[1, 6] = 500  # ... over 500 outputs
-    with pytest.raises(ValueError, match="layer plan row 1: a Q4_K_R16 product's outputs are not groups of 16 rows"):
+    with pytest.raises(ValueError, match="layer plan row 1: a grouped product's outputs are not whole groups of 16 rows"):
         fused.forward(hidden, 0)
 
 

@@ -219,27 +219,34 @@ def test_non_contiguous_activations_and_zero_rows_work():
     assert matrix.matmul(torch.empty(0, 256)).shape == (0, 8)
 
 
-# --- Q4_K in groups of 16 rows (layout "r16": the AVX-512 kernels' own) ----------------------------------------------
+# --- Q4_K and Q6_K in groups of 16 rows (layout "r16": the AVX-512 kernels' own) -------------------------------------
+GROUPED_TYPES = ("Q4_K", "Q6_K")
+
+
+@pytest.mark.parametrize("qtype", GROUPED_TYPES)
 @pytest.mark.parametrize("rows, in_features", [(16, 256), (48, 1536), (32, 2304)])
-def test_q4k_in_groups_of_16_rows_keeps_every_byte_and_dequantises_as_the_gguf_package_does(rows, in_features):
-    matrix = random_quant_matrix("Q4_K", rows, in_features, seed=rows + in_features)
+def test_groups_of_16_rows_keep_every_byte_and_dequantise_as_the_gguf_package_does(qtype, rows, in_features):
+    matrix = random_quant_matrix(qtype, rows, in_features, seed=rows + in_features)
     grouped = matrix.in_layout("r16")
-    assert (grouped.layout, grouped.kernel_type, grouped.qtype) == ("r16", "Q4_K_R16", "Q4_K")
-    assert grouped.raw.shape == (rows, in_features // 256 * 148) and grouped.nbytes == rows * in_features // 256 * 148
+    assert (grouped.layout, grouped.kernel_type, grouped.qtype) == ("r16", f"{qtype}_R16", qtype)
+    block_bytes = {"Q4_K": 148, "Q6_K": 210}[qtype]
+    assert grouped.raw.shape == (rows, in_features // 256 * block_bytes)
+    assert grouped.nbytes == rows * in_features // 256 * block_bytes
     assert torch.equal(grouped.in_layout("rows").raw, matrix.raw)  # the file's bytes again, byte for byte
     assert not torch.equal(grouped.raw[:, :matrix.raw.shape[1]], matrix.raw)  # the bytes did move
-    expected = torch.from_numpy(reference_dequantize(matrix.raw.numpy(), "Q4_K").reshape(rows, in_features))
+    expected = torch.from_numpy(reference_dequantize(matrix.raw.numpy(), qtype).reshape(rows, in_features))
     assert torch.equal(_bits(grouped.dequantize_rows()), _bits(expected))
     picked = [rows - 1, 0, 17 % rows, 0]  # rows of different groups, repeated
     assert torch.equal(_bits(grouped.dequantize_rows(picked)), _bits(expected[picked]))
 
 
+@pytest.mark.parametrize("qtype", GROUPED_TYPES)
 @pytest.mark.parametrize("in_features", [256, 512, 1536, 2304])
-def test_q4k_in_groups_of_16_rows_gives_the_file_layouts_bits(in_features, kernel, threads):
+def test_groups_of_16_rows_give_the_file_layouts_bits(qtype, in_features, kernel, threads):
     """Every kernel (AVX-512 on the groups; AVX2 unpacking each group to the file's rows) gives the row code's bits:
-    1..16 rows (passes of up to four inputs over a group), blocks per row from 1 to 9, with and without a bias. Since
-    the row code's rows are batch-invariant (above), so are the groups'."""
-    matrix = random_quant_matrix("Q4_K", 64, in_features, seed=in_features + 9)
+    1..16 rows (passes of up to four or two inputs over a group), blocks per row from 1 to 9, with and without a
+    bias. Since the row code's rows are batch-invariant (above), so are the groups'."""
+    matrix = random_quant_matrix(qtype, 64, in_features, seed=in_features + 9)
     grouped = matrix.in_layout("r16")
     torch.manual_seed(in_features)
     x, bias = torch.randn(16, in_features) * 4, torch.randn(64)
@@ -252,32 +259,36 @@ def test_q4k_in_groups_of_16_rows_gives_the_file_layouts_bits(in_features, kerne
 
 
 @pytest.mark.skipif(not GGUF_FILES, reason="no GGUF files under resources/gguf (the models stage makes them)")
-def test_the_study_files_q4k_weights_give_the_same_bits_in_groups_of_16_rows(kernel):
+@pytest.mark.parametrize("qtype", GROUPED_TYPES)
+def test_the_study_files_weights_give_the_same_bits_in_groups_of_16_rows(qtype, kernel):
     from specdec.gguf_header import read_header
 
     torch.manual_seed(6)
-    path = next(p for p in GGUF_FILES if "1.5b" in p.name) if any("1.5b" in p.name for p in GGUF_FILES) \
-        else GGUF_FILES[0]
-    name, info = next((n, t) for n, t in read_header(path, string_arrays=()).tensors.items()
-                      if t.qtype == "Q4_K" and len(t.shape) == 2)
-    row_bytes = quant.row_bytes("Q4_K", info.shape[1])
-    rows = np.fromfile(path, dtype=np.uint8, count=64 * row_bytes, offset=info.offset).reshape(64, -1)
-    matrix = QuantMatrix(torch.from_numpy(rows), "Q4_K", info.shape[1], name)
-    grouped = matrix.in_layout("r16")
-    assert torch.equal(grouped.in_layout("rows").raw, matrix.raw)
-    x = torch.randn(9, info.shape[1])
-    for m in (1, 2, 5, 9):
-        assert torch.equal(_bits(grouped.matmul(x[:m])), _bits(matrix.matmul(x[:m]))), (path.name, name, m)
+    checked = 0
+    for path in GGUF_FILES:
+        found = [(n, t) for n, t in read_header(path, string_arrays=()).tensors.items()
+                 if t.qtype == qtype and len(t.shape) == 2]
+        for name, info in found[:1] + found[-1:]:  # a layer's matrix and the head (or the last layer's)
+            row_bytes = quant.row_bytes(qtype, info.shape[1])
+            rows = np.fromfile(path, dtype=np.uint8, count=64 * row_bytes, offset=info.offset).reshape(64, -1)
+            matrix = QuantMatrix(torch.from_numpy(rows), qtype, info.shape[1], name)
+            grouped = matrix.in_layout("r16")
+            assert torch.equal(grouped.in_layout("rows").raw, matrix.raw)
+            x = torch.randn(9, info.shape[1])
+            for m in (1, 2, 5, 9):
+                assert torch.equal(_bits(grouped.matmul(x[:m])), _bits(matrix.matmul(x[:m]))), (path.name, name, m)
+            checked += 1
+    assert checked
 
 
 def test_a_layout_that_cannot_hold_the_matrix_is_refused():
     with pytest.raises(ValueError, match="whole groups of 16 rows, got 29"):
         random_quant_matrix("Q4_K", 29, 256, name="odd").in_layout("r16")
-    with pytest.raises(ValueError, match="Q6_K has no layout 'r16'"):
-        random_quant_matrix("Q6_K", 32, 256).in_layout("r16")
-    q6 = random_quant_matrix("Q6_K", 32, 256)
-    with pytest.raises(ValueError, match="r16 for Q4_K only"):
-        QuantMatrix(q6.raw, "Q6_K", 256, "head", layout="r16")
+    with pytest.raises(ValueError, match="Q5_0 has no layout 'r16'"):
+        random_quant_matrix("Q5_0", 32, 256).in_layout("r16")
+    q8 = random_quant_matrix("Q8_0", 32, 256)
+    with pytest.raises(ValueError, match="r16 for Q4_K and Q6_K only"):
+        QuantMatrix(q8.raw, "Q8_0", 256, "head", layout="r16")
     q4 = random_quant_matrix("Q4_K", 32, 256)
     with pytest.raises(ValueError, match="144 bytes per row, but 256 Q4_K values take 148 in layout r16"):
         QuantMatrix(q4.raw, "Q4_K", 256, "q", layout="r16")
@@ -298,17 +309,21 @@ def test_the_native_calls_check_the_grouped_layouts_sizes():
     with pytest.raises(ValueError, match="bad product sizes"):  # the file's 144 bytes a block, not the groups' 148
         _quant.matmul("Q4_K_R16", grouped.raw.data_ptr(), 144, x.data_ptr(), 0, y.data_ptr(), 32, 256, 1, 1, kernel)
     for n, k in ((24, 256), (32, 300), (-16, 256)):
-        with pytest.raises(ValueError, match=f"multiple of 16 .* got {n} x {k}"):
-            _quant.r16_pack(grouped.raw.data_ptr(), out.data_ptr(), n, k)
-    with pytest.raises(ValueError, match="unpacking them"):
-        _quant.dequantize("Q4_K_R16", grouped.raw.data_ptr(), y.data_ptr(), 1, 256)
+        with pytest.raises(ValueError, match=f"Q4_K groups of 16 rows need .* got {n} x {k}"):
+            _quant.r16_pack("Q4_K", grouped.raw.data_ptr(), out.data_ptr(), n, k)
+    with pytest.raises(ValueError, match="only Q4_K and Q6_K have groups of 16 rows, not Q8_0"):
+        _quant.r16_unpack("Q8_0", grouped.raw.data_ptr(), out.data_ptr(), 32, 256)
+    for name in ("Q4_K_R16", "Q6_K_R16"):
+        with pytest.raises(ValueError, match=f"{name} rows are dequantised after unpacking them"):
+            _quant.dequantize(name, grouped.raw.data_ptr(), y.data_ptr(), 1, 256)
 
 
 def test_the_layout_a_model_loads_with_follows_the_kernel_and_can_be_named(monkeypatch):
     monkeypatch.delenv(quant.LAYOUT_ENV, raising=False)
     wide = quant.kernel_name() == "avx512-vnni"
     assert quant.preferred_layout("Q4_K", 32) == ("r16" if wide else "rows")
-    assert quant.preferred_layout("Q4_K", 24) == "rows" and quant.preferred_layout("Q6_K", 32) == "rows"
+    assert quant.preferred_layout("Q6_K", 32) == ("r16" if wide else "rows")
+    assert quant.preferred_layout("Q4_K", 24) == "rows" and quant.preferred_layout("Q8_0", 32) == "rows"
     with quant.use_kernel("avx2"):
         assert quant.preferred_layout("Q4_K", 32) == "rows"
     monkeypatch.setenv(quant.LAYOUT_ENV, "rows")
