@@ -1,11 +1,12 @@
 """Time the quantized product (specdec/_quant.c) on the target's weight shapes against the bandwidth floor.
 
     python bench/quant_kernel.py [--gguf resources/gguf/qwen2.5-coder-1.5b-instruct.gguf] [--rows 1 2 4 9 16]
-        [--kernels avx512-vnni amx]
+        [--kernels avx512-vnni amx] [--layouts rows r16] [--types Q4_K]
 
-Every layer's matrix of one shape is used in turn (so none stays in cache), rows counts and kernels (all this CPU
-runs, by default) interleaved per repeat; prints ms per product (median over repeats) and GB/s of weight bytes, and
-each row count's time over one row's on the same kernel. Run it alone on the machine."""
+Every layer's matrix of one shape (of the --types asked for) is used in turn (so none stays in cache), rows counts,
+kernels (all this CPU runs, by default) and layouts (the file's rows, and Q4_K/Q6_K in groups of 16 rows on the
+AVX-512 kernels) interleaved per repeat; prints ms per product (median over repeats) and GB/s of weight bytes as
+held, and each row count's time over one row's in the same cell. Run it alone on the machine."""
 
 from __future__ import annotations
 
@@ -21,12 +22,14 @@ from specdec import quant
 from specdec.quant import QuantMatrix
 
 
-def matrices(path: str, kind: str) -> list[QuantMatrix]:
+def matrices(path: str, kind: str, types=None) -> list[QuantMatrix]:
     out = []
     for tensor in GGUFReader(path).tensors:
         if tensor.name in (f"{kind}.weight",) or tensor.name.endswith(f".{kind}.weight"):
             raw = torch.from_numpy(np.array(tensor.data).view(np.uint8).reshape(tensor.data.shape[0], -1))
             out.append(QuantMatrix(raw, tensor.tensor_type.name, int(tensor.shape[0]), tensor.name))
+    if types:
+        out = [m for m in out if m.qtype in types]
     return out
 
 
@@ -38,33 +41,45 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--kernels", nargs="+", default=None, help="product kernels (default: every one this CPU runs)")
+    parser.add_argument("--layouts", nargs="+", default=list(quant.LAYOUTS), choices=quant.LAYOUTS)
+    parser.add_argument("--types", nargs="+", default=None, help="only matrices of these types (default: all)")
     args = parser.parse_args()
     kernels = args.kernels or list(quant.kernels())
     torch.set_num_threads(args.threads)
     for kind in args.kinds:
-        group = matrices(args.gguf, kind)
+        group = matrices(args.gguf, kind, args.types)
+        if not group:
+            continue
+        layouts = {"rows": group}
+        if "r16" in args.layouts and all(m.qtype in quant.R16_BLOCK_BYTES and m.out_features % quant.R16_ROWS == 0
+                                         for m in group):
+            layouts["r16"] = [m.in_layout("r16") for m in group]
+        if "rows" not in args.layouts:
+            del layouts["rows"]
         inputs = {m: torch.randn(m, group[0].in_features) for m in args.rows}
-        cells = [(kernel, m) for kernel in kernels for m in args.rows]
+        # groups of 16 rows on the AVX-512 kernels only (AVX2 unpacks them first: not a speed worth timing)
+        variants = [(k, lay) for lay in layouts for k in kernels if lay == "rows" or k != "avx2"]
+        cells = [(k, lay, m) for k, lay in variants for m in args.rows]
         times = {cell: [] for cell in cells}
-        for w in group:
-            w.matmul(inputs[1])  # first touch
+        for lay, ws in layouts.items():
+            for w in ws:
+                w.matmul(inputs[1])  # first touch
         for repeat in range(args.repeats):
-            for kernel, m in cells[repeat % len(cells):] + cells[:repeat % len(cells)]:
+            for kernel, lay, m in cells[repeat % len(cells):] + cells[:repeat % len(cells)]:
                 with quant.use_kernel(kernel):
-                    for w in group:
+                    for w in layouts[lay]:
                         start = time.perf_counter()
                         w.matmul(inputs[m])
-                        times[kernel, m].append(time.perf_counter() - start)
+                        times[kernel, lay, m].append(time.perf_counter() - start)
         types = sorted({w.qtype for w in group})
-        nbytes = statistics.mean(w.nbytes for w in group)
-        for kernel in kernels:
-            one = statistics.median(times[kernel, args.rows[0]])
-            line = ", ".join(f"m{m} {statistics.median(times[kernel, m]) * 1e3:.3f} ms "
-                             f"({nbytes / statistics.median(times[kernel, m]) / 1e9:.1f} GB/s, "
-                             f"x{statistics.median(times[kernel, m]) / one:.2f})" for m in args.rows)
-            print(f"{kind} {group[0].out_features}x{group[0].in_features} {'/'.join(types)} x{len(group)} {kernel}: "
-                  f"{line}", flush=True)
-
+        for kernel, lay in variants:
+            nbytes = statistics.mean(w.nbytes for w in layouts[lay])
+            one = statistics.median(times[kernel, lay, args.rows[0]])
+            line = ", ".join(f"m{m} {statistics.median(times[kernel, lay, m]) * 1e3:.3f} ms "
+                             f"({nbytes / statistics.median(times[kernel, lay, m]) / 1e9:.1f} GB/s, "
+                             f"x{statistics.median(times[kernel, lay, m]) / one:.2f})" for m in args.rows)
+            print(f"{kind} {group[0].out_features}x{group[0].in_features} {'/'.join(types)} x{len(group)} {kernel} "
+                  f"{lay}: {line}", flush=True)
 
 if __name__ == "__main__":
     main()
