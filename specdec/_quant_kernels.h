@@ -185,7 +185,7 @@ TARGET static void dequantize_row(int type, const uint8_t *w, float *y, int64_t 
 /* --- Q4_K in groups of 16 rows (Q4_K_R16) ------------------------------------------------------------------------
  * The row code forms each block's integers in vector lanes that belong to one output and must add them across lanes
  * (q4k_flush) and apply the block's scales lane by lane: with one input that epilogue is most of a block's work, and
- * a one-token step's Q4_K products ran compute-bound (a block ~17-25 cycles, ~20 GB/s a thread against ~45 GB/s of
+ * a one-token step's Q4_K products ran compute-bound (a block 23-30 cycles, ~20 GB/s a thread against ~45 GB/s of
  * memory; docs/quantized.md). Repacked so that a 512-bit register holds four bytes of each of 16 rows, every int32
  * lane belongs to one output row: vpdpbusd multiplies the 4-bit quants (unsigned) with four broadcast input quants
  * and the lane sums stay the row's, with no sum across lanes; a block's scales, mins and d of 16 rows are one vector
@@ -222,7 +222,8 @@ static void q4k_r16_pack(const uint8_t *src, uint8_t *dst, int64_t N, int64_t K)
                     o[R16_MINS + 2 * R16 * (j / 2) + 2 * r + j % 2] = (uint8_t)m;
                 }
                 for (int p = 0; p < 4; p++)
-                    for (int t = 0; t < 8; t++) memcpy(o + R16_QS + 512 * p + 64 * t + 4 * r, w + 16 + 32 * p + 4 * t, 4);
+                    for (int t = 0; t < 8; t++)
+                        memcpy(o + R16_QS + 512 * p + 64 * t + 4 * r, w + 16 + 32 * p + 4 * t, 4);
             }
         }
 }
@@ -249,7 +250,8 @@ static void q4k_r16_unpack(const uint8_t *src, uint8_t *dst, int64_t N, int64_t 
                     w[12 + j] = (uint8_t)((sc[j + 4] & 15) | (m[j + 4] & 15) << 4);
                 }
                 for (int p = 0; p < 4; p++)
-                    for (int t = 0; t < 8; t++) memcpy(w + 16 + 32 * p + 4 * t, o + R16_QS + 512 * p + 64 * t + 4 * r, 4);
+                    for (int t = 0; t < 8; t++)
+                        memcpy(w + 16 + 32 * p + 4 * t, o + R16_QS + 512 * p + 64 * t + 4 * r, 4);
             }
         }
 }
@@ -804,6 +806,12 @@ ROW_Q32(row_q8_0_512, TARGET512, GROUP512, 34, q8_0_quants, dot_act_vnni)
  * none or one block 20-35% slower) */
 #define R16_AHEAD 3
 #define R16_INPUTS 4 /* inputs per pass over a group's blocks (their sums and accumulators in registers) */
+
+/* Eight accumulators summed lane by lane in hsum8's order: ((a0 + a4) + (a2 + a6)) + ((a1 + a5) + (a3 + a7)). */
+TARGET512 static inline __m512 sum8_in_lanes(const __m512 *a) {
+    return _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(a[0], a[4]), _mm512_add_ps(a[2], a[6])),
+                         _mm512_add_ps(_mm512_add_ps(a[1], a[5]), _mm512_add_ps(a[3], a[7])));
+}
 TARGET512 static inline __attribute__((always_inline)) void group_q4_k_r16(const uint8_t *w, const act_k *const *x,
                                                                            int nx, int64_t blocks, int64_t room,
                                                                            float *out) {
@@ -833,8 +841,9 @@ TARGET512 static inline __attribute__((always_inline)) void group_q4_k_r16(const
                     hi_sum[i] = _mm512_dpbusd_epi32(hi_sum[i], hi, _mm512_set1_epi32(c));
                 }
             }
-            const __m512i sc_lo = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(w + R16_SCALES + R16 * 2 * p)));
-            const __m512i sc_hi = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(w + R16_SCALES + R16 * (2 * p + 1))));
+            const __m128i *scales = (const __m128i *)(w + R16_SCALES) + 2 * p; /* 16 rows' scales per sub-block */
+            const __m512i sc_lo = _mm512_cvtepu8_epi32(_mm_loadu_si128(scales));
+            const __m512i sc_hi = _mm512_cvtepu8_epi32(_mm_loadu_si128(scales + 1));
             for (int i = 0; i < nx; i++)
                 S[i] = _mm512_add_epi32(S[i], _mm512_add_epi32(_mm512_mullo_epi32(lo_sum[i], sc_lo),
                                                                _mm512_mullo_epi32(hi_sum[i], sc_hi)));
@@ -846,8 +855,8 @@ TARGET512 static inline __attribute__((always_inline)) void group_q4_k_r16(const
             for (int k = 0; k < 4; k++) { /* lane r: its mins 2k, 2k + 1 times the input's sums of those 32s */
                 int32_t pair;
                 memcpy(&pair, x[i][b].sums32 + 2 * k, 4);
-                Mn = _mm512_dpwssd_epi32(Mn, _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)(w + R16_MINS + 32 * k))),
-                                         _mm512_set1_epi32(pair));
+                const __m512i mins = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)(w + R16_MINS) + k));
+                Mn = _mm512_dpwssd_epi32(Mn, mins, _mm512_set1_epi32(pair));
             }
             const __m512 dx = _mm512_set1_ps(x[i][b].d);
             __m512 *a = &acc[i][b & 7];
@@ -855,11 +864,7 @@ TARGET512 static inline __attribute__((always_inline)) void group_q4_k_r16(const
             *a = _mm512_fnmadd_ps(_mm512_mul_ps(dmin, dx), _mm512_cvtepi32_ps(Mn), *a);
         }
     }
-    for (int i = 0; i < nx; i++) { /* hsum8's order: ((l0 + l4) + (l2 + l6)) + ((l1 + l5) + (l3 + l7)) */
-        const __m512 *a = acc[i];
-        _mm512_storeu_ps(out + i * R16, _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(a[0], a[4]), _mm512_add_ps(a[2], a[6])),
-                                                      _mm512_add_ps(_mm512_add_ps(a[1], a[5]), _mm512_add_ps(a[3], a[7]))));
-    }
+    for (int i = 0; i < nx; i++) _mm512_storeu_ps(out + i * R16, sum8_in_lanes(acc[i]));
 }
 #define GROUP_FN(N)                                                                                                 \
     TARGET512 static void group_q4_k_r16_##N(const uint8_t *w, const act_k *const *x, int64_t blocks, int64_t room, \
@@ -878,6 +883,11 @@ static void (*const group_q4_k_r16_for[R16_INPUTS + 1])(const uint8_t *, const a
 /* inputs per pass: eight integer registers each, so four spill some, yet measured faster over the whole step than one
  * or two (bench/lean_step.py, Zen 5: the re-unpacking of a pass costs more than the spills) */
 #define R16_Q6K_INPUTS 4
+
+/* Row r's scales 2t and 2t + 1 in int16 lanes 2r and 2r + 1. */
+TARGET512 static inline __m512i q6k_r16_scale_pairs(const uint8_t *w, int t) {
+    return _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)(w + R16_Q6K_SCALES) + t));
+}
 TARGET512 static inline __attribute__((always_inline)) void group_q6_k_r16(const uint8_t *w, const act_k *const *x,
                                                                            int nx, int64_t blocks, int64_t room,
                                                                            float *out) {
@@ -897,7 +907,7 @@ TARGET512 static inline __attribute__((always_inline)) void group_q6_k_r16(const
             for (int l = 0; l < 8; l++) lanes[i][l] = _mm512_setzero_si512();
         for (int t = 0; t < 8; t++) {
             const uint8_t *piece = w + R16_Q6K_QS + 384 * t;
-            const __m512i pairs = _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)(w + R16_Q6K_SCALES + 32 * t)));
+            const __m512i pairs = q6k_r16_scale_pairs(w, t);
             const __m512i sc_even = _mm512_shuffle_epi8(pairs, even), sc_odd = _mm512_shuffle_epi8(pairs, odd);
             const __m512i qh0 = _mm512_loadu_si512(piece + 256), qh1 = _mm512_loadu_si512(piece + 320);
             for (int k = 0; k < 4; k++) {
@@ -913,28 +923,27 @@ TARGET512 static inline __attribute__((always_inline)) void group_q6_k_r16(const
                     int32_t a, c;
                     memcpy(&a, x[i][b].q + 32 * t + 4 * k, 4);
                     memcpy(&c, x[i][b].q + 32 * t + 4 * (k + 4), 4);
-                    lanes[i][k] = _mm512_dpwssd_epi32(lanes[i][k], _mm512_maddubs_epi16(q_lo, _mm512_set1_epi32(a)), sc_even);
-                    lanes[i][k + 4] = _mm512_dpwssd_epi32(lanes[i][k + 4], _mm512_maddubs_epi16(q_hi, _mm512_set1_epi32(c)), sc_odd);
+                    const __m512i pa = _mm512_maddubs_epi16(q_lo, _mm512_set1_epi32(a));
+                    const __m512i pc = _mm512_maddubs_epi16(q_hi, _mm512_set1_epi32(c));
+                    lanes[i][k] = _mm512_dpwssd_epi32(lanes[i][k], pa, sc_even);
+                    lanes[i][k + 4] = _mm512_dpwssd_epi32(lanes[i][k + 4], pc, sc_odd);
                 }
             }
         }
         const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(w + R16_Q6K_D)));
         for (int l = 0; l < 8; l++) {
-            const __m512i pairs = _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)(w + R16_Q6K_SCALES + 32 * l)));
+            const __m512i pairs = q6k_r16_scale_pairs(w, l);
             for (int i = 0; i < nx; i++) {
                 int32_t sums;
                 memcpy(&sums, x[i][b].sums + 2 * l, 4);
                 const __m512i offset = _mm512_dpwssd_epi32(_mm512_setzero_si512(), pairs, _mm512_set1_epi32(sums));
                 const __m512i total = _mm512_sub_epi32(lanes[i][l], _mm512_slli_epi32(offset, 5));
-                acc[i][l] = _mm512_fmadd_ps(_mm512_mul_ps(d, _mm512_set1_ps(x[i][b].d)), _mm512_cvtepi32_ps(total), acc[i][l]);
+                const __m512 scale = _mm512_mul_ps(d, _mm512_set1_ps(x[i][b].d));
+                acc[i][l] = _mm512_fmadd_ps(scale, _mm512_cvtepi32_ps(total), acc[i][l]);
             }
         }
     }
-    for (int i = 0; i < nx; i++) { /* hsum8's order */
-        const __m512 *a = acc[i];
-        _mm512_storeu_ps(out + i * R16, _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(a[0], a[4]), _mm512_add_ps(a[2], a[6])),
-                                                      _mm512_add_ps(_mm512_add_ps(a[1], a[5]), _mm512_add_ps(a[3], a[7]))));
-    }
+    for (int i = 0; i < nx; i++) _mm512_storeu_ps(out + i * R16, sum8_in_lanes(acc[i]));
 }
 #define GROUP_Q6_FN(N)                                                                                              \
     TARGET512 static void group_q6_k_r16_##N(const uint8_t *w, const act_k *const *x, int64_t blocks, int64_t room, \
@@ -944,7 +953,8 @@ TARGET512 static inline __attribute__((always_inline)) void group_q6_k_r16(const
 GROUP_Q6_FN(1) GROUP_Q6_FN(2) GROUP_Q6_FN(3) GROUP_Q6_FN(4)
 #undef GROUP_Q6_FN
 static void (*const group_q6_k_r16_for[R16_Q6K_INPUTS + 1])(const uint8_t *, const act_k *const *, int64_t, int64_t,
-                                                            float *) = {NULL, group_q6_k_r16_1, group_q6_k_r16_2, group_q6_k_r16_3, group_q6_k_r16_4};
+                                                            float *) = {NULL, group_q6_k_r16_1, group_q6_k_r16_2,
+                                                                        group_q6_k_r16_3, group_q6_k_r16_4};
 
 /* Plain float weights (F32 / F16 matrices are rare in these files): widen and multiply-add, 8 lanes then a sum. */
 TARGET static void row_float(int type, const uint8_t *w, const float *const *x, int nx, int64_t K, float *out) {
@@ -1209,8 +1219,10 @@ TARGET static int r16_matmul(int type, const uint8_t *w, const void **rows, cons
                 (q4 ? group_q4_k_r16_for : group_q6_k_r16_for)[nx](wg, (const act_k *const *)(rows + i0), blocks,
                                                                    (n_groups - g) * blocks, out);
                 for (int i = 0; i < nx; i++)
-                    for (int r = 0; r < R16; r++)
-                        y[(i0 + i) * ldy + g * R16 + r] = bias ? out[i * R16 + r] + bias[g * R16 + r] : out[i * R16 + r];
+                    for (int r = 0; r < R16; r++) {
+                        const float v = out[i * R16 + r];
+                        y[(i0 + i) * ldy + g * R16 + r] = bias ? v + bias[g * R16 + r] : v;
+                    }
                 i0 += nx;
             }
         }
@@ -1235,9 +1247,9 @@ TARGET static int r16_matmul(int type, const uint8_t *w, const void **rows, cons
     return 0;
 }
 
-/* y (M x N, rows ldy floats apart) = x (M x K) @ W^T (+ b): W's rows of ggml blocks, `stride` bytes apart (Q4_K_R16, Q6_K_R16:
- * groups of 16 rows, N a multiple of 16: the caller checks); `kernel` one that kernel_supported() accepts (the
- * caller checks). */
+/* y (M x N, rows ldy floats apart) = x (M x K) @ W^T (+ b): W's rows of ggml blocks, `stride` bytes apart (the
+ * grouped types: groups of 16 rows, N a multiple of 16: the caller checks); `kernel` one that kernel_supported()
+ * accepts (the caller checks). */
 TARGET static int matmul(int type, const uint8_t *w, int64_t stride, const float *x, const float *bias, float *y,
                          int64_t ldy, int64_t N, int64_t K, int64_t M, int threads, int kernel) {
     const int wide = kernel != KERNEL_AVX2;

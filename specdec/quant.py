@@ -1,15 +1,15 @@
 """Weights as a GGUF file holds them: quantized matrices whose rows are ggml blocks, and their products.
 
 A `QuantMatrix` keeps one GGUF tensor's bytes as they are in the file (rows of ggml blocks: Q4_K and Q6_K 256 values
-per 144 / 210 bytes, Q5_0 and Q8_0 32 values per 22 / 34 bytes; F32 and F16 plain), so a step reads about a sixth of
-the fp32 bytes. Its product with a few rows of activations runs on specdec/_quant.c: each activation row is quantised
-on its own to 8 bits (Q8_K blocks for the K-quants, Q8_0 for Q5_0 and Q8_0, as llama.cpp does), the blocks' dot
-products run in integers (exact in any order) and each output's float epilogue is summed block by block in one
-order: a row's result is the same bits whatever other rows share the call and on any thread count.
+per 144 / 210 bytes, Q5_0 and Q8_0 32 values per 22 / 34 bytes; F32 and F16 plain), or, for Q4_K and Q6_K on the
+AVX-512 kernels, the same blocks repacked in groups of 16 rows (`in_layout`, every byte kept), so a step reads about
+a sixth of the fp32 bytes. Its product with a few rows of activations runs on specdec/_quant.c: each activation row
+is quantised on its own to 8 bits (Q8_K blocks for the K-quants, Q8_0 for Q5_0 and Q8_0, as llama.cpp does), the
+blocks' dot products run in integers (exact in any order) and each output's float epilogue is summed block by block
+in one order: a row's result is the same bits whatever other rows share the call and on any thread count.
 
 Dequantisation (`dequantize_rows`, the token embedding's lookup) gives exactly the values of the `gguf` package's
-reference (tests/test_quant.py compares every type bit for bit).
-"""
+reference (tests/test_quant.py compares every type bit for bit)."""
 
 from __future__ import annotations
 
@@ -158,7 +158,7 @@ class QuantMatrix:
         """The type name the native code takes for these bytes ("Q4_K_R16" for Q4_K in groups of 16 rows)."""
         return f"{self.qtype}_R16" if self.layout == "r16" else self.qtype
 
-    def in_layout(self, layout: str) -> "QuantMatrix":
+    def in_layout(self, layout: str) -> QuantMatrix:
         """This matrix with its bytes in `layout` (a new copy; itself where it is already in it). Every byte of the
         file's blocks is kept: the "rows" of an "r16" matrix are the file's bytes again."""
         if layout == self.layout:
