@@ -196,7 +196,7 @@ TARGET static void dequantize_row(int type, const uint8_t *w, float *y, int64_t 
  * A group's block (2368 bytes, 148 a row): d and dmin of the 16 rows (fp16, as the file holds them), the rows' eight
  * 6-bit scales (a byte each, [sub-block][row]) and eight mins (bytes, [pair of sub-blocks][row][2]), then the quants:
  * for each of the block's four 32-byte chunks and each 4-byte quad of it, the 16 rows' four bytes. Groups follow one
- * another, each its blocks in order. Every byte of the file's blocks is kept (q4k_r16_unpack gives them back). */
+ * another, each its blocks in order. Every byte of the file's blocks is kept (q4k_unpack_block gives them back). */
 #define R16 16
 #define R16_Q4K_BYTES (R16 * 148)
 #define R16_D 0
@@ -205,55 +205,48 @@ TARGET static void dequantize_row(int type, const uint8_t *w, float *y, int64_t 
 #define R16_MINS 192
 #define R16_QS 320
 
-/* N rows (a multiple of 16) of K values: the file's Q4_K rows (144 bytes a block) -> groups of 16 rows. */
-static void q4k_r16_pack(const uint8_t *src, uint8_t *dst, int64_t N, int64_t K) {
-    const int64_t blocks = K / QK, row = blocks * 144;
+/* Every block of every row of N rows (a multiple of 16) of K values: fn(the row's block in the file's layout, its
+ * group's block, the row within the group). The converters below move one row's block each way. */
+static void r16_each_block(uint8_t *rows, uint8_t *groups, int64_t N, int64_t K, int row_block_bytes,
+                           int group_block_bytes, void (*fn)(uint8_t *, uint8_t *, int)) {
+    const int64_t blocks = K / QK, row = blocks * row_block_bytes;
     for (int64_t g = 0; g < N / R16; g++)
-        for (int64_t b = 0; b < blocks; b++) {
-            uint8_t *o = dst + (g * blocks + b) * R16_Q4K_BYTES;
-            for (int r = 0; r < R16; r++) {
-                const uint8_t *w = src + (g * R16 + r) * row + b * 144;
-                memcpy(o + R16_D + 2 * r, w, 2);
-                memcpy(o + R16_DMIN + 2 * r, w + 2, 2);
-                for (int j = 0; j < 8; j++) {
-                    int sc, m;
-                    q4k_scale_min(w + 4, j, &sc, &m);
-                    o[R16_SCALES + R16 * j + r] = (uint8_t)sc;
-                    o[R16_MINS + 2 * R16 * (j / 2) + 2 * r + j % 2] = (uint8_t)m;
-                }
-                for (int p = 0; p < 4; p++)
-                    for (int t = 0; t < 8; t++)
-                        memcpy(o + R16_QS + 512 * p + 64 * t + 4 * r, w + 16 + 32 * p + 4 * t, 4);
-            }
-        }
+        for (int64_t b = 0; b < blocks; b++)
+            for (int r = 0; r < R16; r++)
+                fn(rows + (g * R16 + r) * row + b * row_block_bytes, groups + (g * blocks + b) * group_block_bytes, r);
 }
 
-/* The inverse: groups of 16 rows -> the file's Q4_K rows, byte for byte (the 12 packed scale bytes hold exactly the
- * sixteen 6-bit values: q4k_scale_min read backwards). */
-static void q4k_r16_unpack(const uint8_t *src, uint8_t *dst, int64_t N, int64_t K) {
-    const int64_t blocks = K / QK, row = blocks * 144;
-    for (int64_t g = 0; g < N / R16; g++)
-        for (int64_t b = 0; b < blocks; b++) {
-            const uint8_t *o = src + (g * blocks + b) * R16_Q4K_BYTES;
-            for (int r = 0; r < R16; r++) {
-                uint8_t *w = dst + (g * R16 + r) * row + b * 144;
-                int sc[8], m[8];
-                for (int j = 0; j < 8; j++) {
-                    sc[j] = o[R16_SCALES + R16 * j + r];
-                    m[j] = o[R16_MINS + 2 * R16 * (j / 2) + 2 * r + j % 2];
-                }
-                memcpy(w, o + R16_D + 2 * r, 2);
-                memcpy(w + 2, o + R16_DMIN + 2 * r, 2);
-                for (int j = 0; j < 4; j++) {
-                    w[4 + j] = (uint8_t)(sc[j] | (sc[j + 4] >> 4) << 6);
-                    w[8 + j] = (uint8_t)(m[j] | (m[j + 4] >> 4) << 6);
-                    w[12 + j] = (uint8_t)((sc[j + 4] & 15) | (m[j + 4] & 15) << 4);
-                }
-                for (int p = 0; p < 4; p++)
-                    for (int t = 0; t < 8; t++)
-                        memcpy(w + 16 + 32 * p + 4 * t, o + R16_QS + 512 * p + 64 * t + 4 * r, 4);
-            }
-        }
+/* Row r's Q4_K block w (144 bytes) into its group's block o. */
+static void q4k_pack_block(uint8_t *w, uint8_t *o, int r) {
+    memcpy(o + R16_D + 2 * r, w, 2);
+    memcpy(o + R16_DMIN + 2 * r, w + 2, 2);
+    for (int j = 0; j < 8; j++) {
+        int sc, m;
+        q4k_scale_min(w + 4, j, &sc, &m);
+        o[R16_SCALES + R16 * j + r] = (uint8_t)sc;
+        o[R16_MINS + 2 * R16 * (j / 2) + 2 * r + j % 2] = (uint8_t)m;
+    }
+    for (int p = 0; p < 4; p++)
+        for (int t = 0; t < 8; t++) memcpy(o + R16_QS + 512 * p + 64 * t + 4 * r, w + 16 + 32 * p + 4 * t, 4);
+}
+
+/* The inverse, byte for byte (the 12 packed scale bytes hold exactly the sixteen 6-bit values: q4k_scale_min read
+ * backwards). */
+static void q4k_unpack_block(uint8_t *w, uint8_t *o, int r) {
+    int sc[8], m[8];
+    for (int j = 0; j < 8; j++) {
+        sc[j] = o[R16_SCALES + R16 * j + r];
+        m[j] = o[R16_MINS + 2 * R16 * (j / 2) + 2 * r + j % 2];
+    }
+    memcpy(w, o + R16_D + 2 * r, 2);
+    memcpy(w + 2, o + R16_DMIN + 2 * r, 2);
+    for (int j = 0; j < 4; j++) {
+        w[4 + j] = (uint8_t)(sc[j] | (sc[j + 4] >> 4) << 6);
+        w[8 + j] = (uint8_t)(m[j] | (m[j + 4] >> 4) << 6);
+        w[12 + j] = (uint8_t)((sc[j + 4] & 15) | (m[j + 4] & 15) << 4);
+    }
+    for (int p = 0; p < 4; p++)
+        for (int t = 0; t < 8; t++) memcpy(w + 16 + 32 * p + 4 * t, o + R16_QS + 512 * p + 64 * t + 4 * r, 4);
 }
 
 /* --- Q6_K in groups of 16 rows (Q6_K_R16) ------------------------------------------------------------------------
@@ -281,57 +274,48 @@ static inline int q6k_quant(const uint8_t *w, int v) {
     return low | ((w[128 + 32 * h + r % 32] >> (2 * (r / 32))) & 3) << 4;
 }
 
-static void q6k_r16_pack(const uint8_t *src, uint8_t *dst, int64_t N, int64_t K) {
-    const int64_t blocks = K / QK, row = blocks * 210;
-    for (int64_t g = 0; g < N / R16; g++)
-        for (int64_t b = 0; b < blocks; b++) {
-            uint8_t *o = dst + (g * blocks + b) * R16_Q6K_BYTES;
-            memset(o, 0, R16_Q6K_BYTES);
-            for (int r = 0; r < R16; r++) {
-                const uint8_t *w = src + (g * R16 + r) * row + b * 210;
-                memcpy(o + R16_Q6K_D + 2 * r, w + 208, 2);
-                for (int j = 0; j < 16; j++) o[R16_Q6K_SCALES + 2 * R16 * (j / 2) + 2 * r + j % 2] = w[192 + j];
-                for (int t = 0; t < 8; t++)
-                    for (int l = 0; l < 8; l++)
-                        for (int c = 0; c < 4; c++) {
-                            const int q = q6k_quant(w, 32 * t + 4 * l + c), byte = 4 * r + c;
-                            uint8_t *piece = o + R16_Q6K_QS + 384 * t;
-                            piece[64 * (l % 4) + byte] |= (uint8_t)((q & 0x0F) << (l < 4 ? 0 : 4));
-                            piece[256 + 64 * (l / 4) + byte] |= (uint8_t)((q >> 4) << (2 * (l % 4)));
-                        }
+/* Row r's Q6_K block w (210 bytes) into its group's block o (cleared by the group's first row: the quants are
+ * or-ed in). */
+static void q6k_pack_block(uint8_t *w, uint8_t *o, int r) {
+    if (r == 0) memset(o, 0, R16_Q6K_BYTES);
+    memcpy(o + R16_Q6K_D + 2 * r, w + 208, 2);
+    for (int j = 0; j < 16; j++) o[R16_Q6K_SCALES + 2 * R16 * (j / 2) + 2 * r + j % 2] = w[192 + j];
+    for (int t = 0; t < 8; t++)
+        for (int l = 0; l < 8; l++)
+            for (int c = 0; c < 4; c++) {
+                const int q = q6k_quant(w, 32 * t + 4 * l + c), byte = 4 * r + c;
+                uint8_t *piece = o + R16_Q6K_QS + 384 * t;
+                piece[64 * (l % 4) + byte] |= (uint8_t)((q & 0x0F) << (l < 4 ? 0 : 4));
+                piece[256 + 64 * (l / 4) + byte] |= (uint8_t)((q >> 4) << (2 * (l % 4)));
             }
-        }
 }
 
-static void q6k_r16_unpack(const uint8_t *src, uint8_t *dst, int64_t N, int64_t K) {
-    const int64_t blocks = K / QK, row = blocks * 210;
-    for (int64_t g = 0; g < N / R16; g++)
-        for (int64_t b = 0; b < blocks; b++) {
-            const uint8_t *o = src + (g * blocks + b) * R16_Q6K_BYTES;
-            for (int r = 0; r < R16; r++) {
-                uint8_t *w = dst + (g * R16 + r) * row + b * 210;
-                memset(w, 0, 192);
-                memcpy(w + 208, o + R16_Q6K_D + 2 * r, 2);
-                for (int j = 0; j < 16; j++) w[192 + j] = o[R16_Q6K_SCALES + 2 * R16 * (j / 2) + 2 * r + j % 2];
-                for (int t = 0; t < 8; t++)
-                    for (int l = 0; l < 8; l++)
-                        for (int c = 0; c < 4; c++) {
-                            const uint8_t *piece = o + R16_Q6K_QS + 384 * t;
-                            const int byte = 4 * r + c;
-                            const int q = ((piece[64 * (l % 4) + byte] >> (l < 4 ? 0 : 4)) & 0x0F) |
-                                          ((piece[256 + 64 * (l / 4) + byte] >> (2 * (l % 4))) & 3) << 4;
-                            const int v = 32 * t + 4 * l + c, h = v / 128, rr = v % 128;
-                            w[rr < 64 ? 64 * h + rr : 64 * h + rr - 64] |= (uint8_t)((q & 0x0F) << (rr < 64 ? 0 : 4));
-                            w[128 + 32 * h + rr % 32] |= (uint8_t)((q >> 4) << (2 * (rr / 32)));
-                        }
+/* The inverse, byte for byte. */
+static void q6k_unpack_block(uint8_t *w, uint8_t *o, int r) {
+    memset(w, 0, 192);
+    memcpy(w + 208, o + R16_Q6K_D + 2 * r, 2);
+    for (int j = 0; j < 16; j++) w[192 + j] = o[R16_Q6K_SCALES + 2 * R16 * (j / 2) + 2 * r + j % 2];
+    for (int t = 0; t < 8; t++)
+        for (int l = 0; l < 8; l++)
+            for (int c = 0; c < 4; c++) {
+                const uint8_t *piece = o + R16_Q6K_QS + 384 * t;
+                const int byte = 4 * r + c;
+                const int q = ((piece[64 * (l % 4) + byte] >> (l < 4 ? 0 : 4)) & 0x0F) |
+                              ((piece[256 + 64 * (l / 4) + byte] >> (2 * (l % 4))) & 3) << 4;
+                const int v = 32 * t + 4 * l + c, h = v / 128, rr = v % 128;
+                w[rr < 64 ? 64 * h + rr : 64 * h + rr - 64] |= (uint8_t)((q & 0x0F) << (rr < 64 ? 0 : 4));
+                w[128 + 32 * h + rr % 32] |= (uint8_t)((q >> 4) << (2 * (rr / 32)));
             }
-        }
 }
 
-/* Rows of `type` (Q4_K or Q6_K) to groups of 16 rows (pack) or back. */
+/* Rows of `type` (Q4_K or Q6_K) to groups of 16 rows (pack) or back. src is only read (the walk takes both sides
+ * as writable: one of them is, by direction). */
 static void r16_convert(int type, int pack, const uint8_t *src, uint8_t *dst, int64_t N, int64_t K) {
-    if (type == Q4_K) (pack ? q4k_r16_pack : q4k_r16_unpack)(src, dst, N, K);
-    else (pack ? q6k_r16_pack : q6k_r16_unpack)(src, dst, N, K);
+    const int q4 = type == Q4_K, row_bytes = BLOCK_BYTES[type], group_bytes = q4 ? R16_Q4K_BYTES : R16_Q6K_BYTES;
+    if (pack)
+        r16_each_block((uint8_t *)src, dst, N, K, row_bytes, group_bytes, q4 ? q4k_pack_block : q6k_pack_block);
+    else
+        r16_each_block(dst, (uint8_t *)src, N, K, row_bytes, group_bytes, q4 ? q4k_unpack_block : q6k_unpack_block);
 }
 
 /* --- activations, one row at a time ------------------------------------------------------------------------------ */
@@ -798,14 +782,15 @@ ROW_Q32(row_q5_0_512, TARGET512, GROUP512, 22, q5_0_unsigned, dot_offset_vnni)
 ROW_Q32(row_q8_0_512, TARGET512, GROUP512, 34, q8_0_quants, dot_act_vnni)
 
 /* Q4_K in groups of 16 rows: the 16 outputs of one group for nx inputs (out[i * R16 + r]); the layout and why it
- * gives the row code's bits are above q4k_r16_pack. Per block and input: S (lane r: the row's scaled quants times the
+ * gives the row code's bits are above q4k_pack_block. Per block and input: S (lane r: the row's scaled quants times the
  * input's, exact), Mn (the mins times the input's sums per 32), then q4k_flush's two roundings into accumulator
  * b mod 8; at the end hsum8's order across the eight. room: the blocks from w to the matrix's end (the prefetches
  * stay inside it). */
 /* How many blocks ahead of the one being multiplied the weights are asked for (bench: 2-4 alike on the AMD EPYC Zen 5,
  * none or one block 20-35% slower) */
 #define R16_AHEAD 3
-#define R16_INPUTS 4 /* inputs per pass over a group's blocks (their sums and accumulators in registers) */
+#define R16_INPUTS 4 /* inputs per pass over a group's blocks (their sums and accumulators in registers); the group
+                      * functions are compiled for 1..4 (SPECIALISE_GROUP) */
 
 /* Eight accumulators summed lane by lane in hsum8's order: ((a0 + a4) + (a2 + a6)) + ((a1 + a5) + (a3 + a7)). */
 TARGET512 static inline __m512 sum8_in_lanes(const __m512 *a) {
@@ -866,32 +851,33 @@ TARGET512 static inline __attribute__((always_inline)) void group_q4_k_r16(const
     }
     for (int i = 0; i < nx; i++) _mm512_storeu_ps(out + i * R16, sum8_in_lanes(acc[i]));
 }
-#define GROUP_FN(N)                                                                                                 \
-    TARGET512 static void group_q4_k_r16_##N(const uint8_t *w, const act_k *const *x, int64_t blocks, int64_t room, \
-                                             float *o) {                                                           \
-        group_q4_k_r16(w, x, N, blocks, room, o);                                                                  \
+/* Each group function compiled for 1..4 inputs (the count a constant, as for the row functions), and their table. */
+#define GROUP_FN(NAME, N)                                                                                    \
+    TARGET512 static void NAME##_##N(const uint8_t *w, const act_k *const *x, int64_t blocks, int64_t room, \
+                                     float *o) {                                                            \
+        NAME(w, x, N, blocks, room, o);                                                                     \
     }
-GROUP_FN(1) GROUP_FN(2) GROUP_FN(3) GROUP_FN(4)
-#undef GROUP_FN
-static void (*const group_q4_k_r16_for[R16_INPUTS + 1])(const uint8_t *, const act_k *const *, int64_t, int64_t,
-                                                         float *) = {
-    NULL, group_q4_k_r16_1, group_q4_k_r16_2, group_q4_k_r16_3, group_q4_k_r16_4};
-
-/* Q6_K in groups of 16 rows: the 16 outputs of one group for nx inputs (the layout and why it gives the row code's
- * bits are above q6k_r16_pack). Per block: lane l's integers for every row (eight registers per input), its offset
- * off them, then q6k_accumulate's rounding into accumulator l; at the end hsum8's order across the eight. */
-/* inputs per pass: eight integer registers each, so four spill some, yet measured faster over the whole step than one
- * or two (bench/lean_step.py, Zen 5: the re-unpacking of a pass costs more than the spills) */
-#define R16_Q6K_INPUTS 4
+#define SPECIALISE_GROUP(NAME)                                                                                   \
+    GROUP_FN(NAME, 1) GROUP_FN(NAME, 2) GROUP_FN(NAME, 3) GROUP_FN(NAME, 4)                                      \
+    static void (*const NAME##_for[R16_INPUTS + 1])(const uint8_t *, const act_k *const *, int64_t, int64_t,   \
+                                                     float *) = {                                               \
+        NULL, NAME##_1, NAME##_2, NAME##_3, NAME##_4};
+SPECIALISE_GROUP(group_q4_k_r16)
 
 /* Row r's scales 2t and 2t + 1 in int16 lanes 2r and 2r + 1. */
 TARGET512 static inline __m512i q6k_r16_scale_pairs(const uint8_t *w, int t) {
     return _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)(w + R16_Q6K_SCALES) + t));
 }
+
+/* Q6_K in groups of 16 rows: the 16 outputs of one group for nx inputs (the layout and why it gives the row code's
+ * bits are above q6k_pack_block). Per block: lane l's integers for every row (eight registers per input), its offset
+ * off them, then q6k_accumulate's rounding into accumulator l; at the end hsum8's order across the eight. Four inputs
+ * a pass, as for Q4_K: with eight integer registers an input some spill, yet that measured faster over the whole
+ * step than one or two a pass (bench/lean_step.py, Zen 5: re-unpacking per pass costs more than the spills). */
 TARGET512 static inline __attribute__((always_inline)) void group_q6_k_r16(const uint8_t *w, const act_k *const *x,
                                                                            int nx, int64_t blocks, int64_t room,
                                                                            float *out) {
-    __m512 acc[R16_Q6K_INPUTS][8];
+    __m512 acc[R16_INPUTS][8];
     for (int i = 0; i < nx; i++)
         for (int l = 0; l < 8; l++) acc[i][l] = _mm512_setzero_ps();
     const __m512i low4 = _mm512_set1_epi8(0x0F), top2 = _mm512_set1_epi8(0x30);
@@ -902,7 +888,7 @@ TARGET512 static inline __attribute__((always_inline)) void group_q6_k_r16(const
         if (b + R16_AHEAD < room) /* as group_q4_k_r16 */
             for (int off = 0; off < R16_Q6K_BYTES; off += 64)
                 _mm_prefetch((const char *)(w + R16_AHEAD * R16_Q6K_BYTES + off), _MM_HINT_T0);
-        __m512i lanes[R16_Q6K_INPUTS][8];
+        __m512i lanes[R16_INPUTS][8];
         for (int i = 0; i < nx; i++)
             for (int l = 0; l < 8; l++) lanes[i][l] = _mm512_setzero_si512();
         for (int t = 0; t < 8; t++) {
@@ -945,16 +931,7 @@ TARGET512 static inline __attribute__((always_inline)) void group_q6_k_r16(const
     }
     for (int i = 0; i < nx; i++) _mm512_storeu_ps(out + i * R16, sum8_in_lanes(acc[i]));
 }
-#define GROUP_Q6_FN(N)                                                                                              \
-    TARGET512 static void group_q6_k_r16_##N(const uint8_t *w, const act_k *const *x, int64_t blocks, int64_t room, \
-                                             float *o) {                                                           \
-        group_q6_k_r16(w, x, N, blocks, room, o);                                                                  \
-    }
-GROUP_Q6_FN(1) GROUP_Q6_FN(2) GROUP_Q6_FN(3) GROUP_Q6_FN(4)
-#undef GROUP_Q6_FN
-static void (*const group_q6_k_r16_for[R16_Q6K_INPUTS + 1])(const uint8_t *, const act_k *const *, int64_t, int64_t,
-                                                            float *) = {NULL, group_q6_k_r16_1, group_q6_k_r16_2,
-                                                                        group_q6_k_r16_3, group_q6_k_r16_4};
+SPECIALISE_GROUP(group_q6_k_r16)
 
 /* Plain float weights (F32 / F16 matrices are rare in these files): widen and multiply-add, 8 lanes then a sum. */
 TARGET static void row_float(int type, const uint8_t *w, const float *const *x, int nx, int64_t K, float *out) {
@@ -1208,8 +1185,7 @@ TARGET static int r16_matmul(int type, const uint8_t *w, const void **rows, cons
     const int q4 = type == Q4_K_R16, row_type = q4 ? Q4_K : Q6_K;
     const int64_t blocks = K / QK, n_groups = N / R16, group_bytes = blocks * (q4 ? R16_Q4K_BYTES : R16_Q6K_BYTES);
     if (kernel != KERNEL_AVX2) {
-        const int per_pass = q4 ? R16_INPUTS : R16_Q6K_INPUTS;
-        const int64_t passes = (M + per_pass - 1) / per_pass;
+        const int64_t passes = (M + R16_INPUTS - 1) / R16_INPUTS;
 #pragma omp parallel for num_threads(threads) schedule(static)
         for (int64_t g = 0; g < n_groups; g++) {
             const uint8_t *wg = w + g * group_bytes;

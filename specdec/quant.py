@@ -77,7 +77,7 @@ def use_kernel(name: str):
 
 
 # Layouts of a matrix's bytes: "rows", the file's rows of blocks; "r16", Q4_K's or Q6_K's blocks repacked in groups of
-# 16 rows for the AVX-512 kernels (specdec/_quant_kernels.h, q4k_r16_pack / q6k_r16_pack: every byte kept; Q4_K 148
+# 16 rows for the AVX-512 kernels (specdec/_quant_kernels.h, q4k_pack_block / q6k_pack_block: every byte kept; Q4_K 148
 # bytes a row and block instead of 144, Q6_K 210 as in the file; the same products, bit for bit, with a fraction of
 # the instructions per block).
 LAYOUTS = ("rows", "r16")
