@@ -37,10 +37,8 @@ def main() -> None:
     os.environ[quant.LAYOUT_ENV] = "rows"
     sessions = {"rows": LeanLM(args.gguf, layers=args.layers)}
     os.environ[quant.LAYOUT_ENV] = "auto"
-    default = LeanLM(args.gguf, layers=args.layers)
-    if any(m.layout != "rows" for w in default.model.layers for m in (w.q, w.up)):
-        sessions["grouped"] = default
-    del default
+    if quant.kernel_label() != quant.kernel_name():  # models load in another layout here: that one too
+        sessions["grouped"] = LeanLM(args.gguf, layers=args.layers)
     generator = torch.Generator().manual_seed(0)
     vocab = sessions["rows"].vocab_size
     context = torch.randint(0, vocab, (args.context,), generator=generator).tolist()

@@ -131,7 +131,7 @@ static int fail(const char *message, long long layer_index) {
 }
 
 /* A product run's fields as C will use them: a known quantized or float type, rows of in_features values whose byte
- * count matches, a non-null address; Q4_K in groups of 16 rows: a whole number of groups of `outputs` rows. */
+ * count matches, a non-null address; a grouped type (16 rows a group): a whole number of groups of `outputs` rows. */
 static int check_run(const int64_t *run, int64_t in_features, int64_t outputs, long long index) {
     if (run[0] < 0 || run[0] >= N_TYPES) return fail("unknown weight type code", index);
     const int type = (int)run[0];
@@ -140,7 +140,8 @@ static int check_run(const int64_t *run, int64_t in_features, int64_t outputs, l
     if (run[2] != in_features / BLOCK_VALUES[type] * BLOCK_BYTES[type])
         return fail("a product's bytes per row do not match its type and input width", index);
     if (!run[1]) return fail("a product's weight address is null", index);
-    if (is_grouped(type) && outputs % R16) return fail("a grouped product's outputs are not whole groups of 16 rows", index);
+    if (is_grouped(type) && outputs % R16)
+        return fail("a grouped product's outputs are not whole groups of 16 rows", index);
     return 1;
 }
 

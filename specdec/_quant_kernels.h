@@ -216,6 +216,10 @@ static void r16_each_block(uint8_t *rows, uint8_t *groups, int64_t N, int64_t K,
                 fn(rows + (g * R16 + r) * row + b * row_block_bytes, groups + (g * blocks + b) * group_block_bytes, r);
 }
 
+/* Where row r's scale j and min j sit in a Q4_K group's block. */
+static inline int q4k_r16_scale_at(int j, int r) { return R16_SCALES + R16 * j + r; }
+static inline int q4k_r16_min_at(int j, int r) { return R16_MINS + 2 * R16 * (j / 2) + 2 * r + j % 2; }
+
 /* Row r's Q4_K block w (144 bytes) into its group's block o. */
 static void q4k_pack_block(uint8_t *w, uint8_t *o, int r) {
     memcpy(o + R16_D + 2 * r, w, 2);
@@ -223,8 +227,8 @@ static void q4k_pack_block(uint8_t *w, uint8_t *o, int r) {
     for (int j = 0; j < 8; j++) {
         int sc, m;
         q4k_scale_min(w + 4, j, &sc, &m);
-        o[R16_SCALES + R16 * j + r] = (uint8_t)sc;
-        o[R16_MINS + 2 * R16 * (j / 2) + 2 * r + j % 2] = (uint8_t)m;
+        o[q4k_r16_scale_at(j, r)] = (uint8_t)sc;
+        o[q4k_r16_min_at(j, r)] = (uint8_t)m;
     }
     for (int p = 0; p < 4; p++)
         for (int t = 0; t < 8; t++) memcpy(o + R16_QS + 512 * p + 64 * t + 4 * r, w + 16 + 32 * p + 4 * t, 4);
@@ -235,8 +239,8 @@ static void q4k_pack_block(uint8_t *w, uint8_t *o, int r) {
 static void q4k_unpack_block(uint8_t *w, uint8_t *o, int r) {
     int sc[8], m[8];
     for (int j = 0; j < 8; j++) {
-        sc[j] = o[R16_SCALES + R16 * j + r];
-        m[j] = o[R16_MINS + 2 * R16 * (j / 2) + 2 * r + j % 2];
+        sc[j] = o[q4k_r16_scale_at(j, r)];
+        m[j] = o[q4k_r16_min_at(j, r)];
     }
     memcpy(w, o + R16_D + 2 * r, 2);
     memcpy(w + 2, o + R16_DMIN + 2 * r, 2);
@@ -267,11 +271,27 @@ static void q4k_unpack_block(uint8_t *w, uint8_t *o, int r) {
 #define R16_Q6K_SCALES 32
 #define R16_Q6K_QS 288
 
-/* A Q6_K block's 6-bit quant of value v (0..63; the gguf package's layout). */
+/* A Q6_K block's 6-bit quant of value v (0..63; the gguf package's layout), and its setter (on cleared bits). */
 static inline int q6k_quant(const uint8_t *w, int v) {
     const int h = v / 128, r = v % 128;
     const int low = r < 64 ? w[64 * h + r] & 0x0F : w[64 * h + r - 64] >> 4;
     return low | ((w[128 + 32 * h + r % 32] >> (2 * (r / 32))) & 3) << 4;
+}
+static inline void q6k_set_quant(uint8_t *w, int v, int q) {
+    const int h = v / 128, r = v % 128;
+    w[r < 64 ? 64 * h + r : 64 * h + r - 64] |= (uint8_t)((q & 0x0F) << (r < 64 ? 0 : 4));
+    w[128 + 32 * h + r % 32] |= (uint8_t)((q >> 4) << (2 * (r / 32)));
+}
+
+/* The same in a group's piece (its 384 bytes): lane l's value c of row r, at byte 4r + c of the nibble register
+ * l mod 4 (low nibble for l < 4) and of the top-bits register l / 4 (bits 2(l mod 4)..). */
+static inline int q6k_r16_quant(const uint8_t *piece, int l, int byte) {
+    return ((piece[64 * (l % 4) + byte] >> (l < 4 ? 0 : 4)) & 0x0F) |
+           ((piece[256 + 64 * (l / 4) + byte] >> (2 * (l % 4))) & 3) << 4;
+}
+static inline void q6k_r16_set_quant(uint8_t *piece, int l, int byte, int q) {
+    piece[64 * (l % 4) + byte] |= (uint8_t)((q & 0x0F) << (l < 4 ? 0 : 4));
+    piece[256 + 64 * (l / 4) + byte] |= (uint8_t)((q >> 4) << (2 * (l % 4)));
 }
 
 /* Row r's Q6_K block w (210 bytes) into its group's block o (cleared by the group's first row: the quants are
@@ -282,12 +302,8 @@ static void q6k_pack_block(uint8_t *w, uint8_t *o, int r) {
     for (int j = 0; j < 16; j++) o[R16_Q6K_SCALES + 2 * R16 * (j / 2) + 2 * r + j % 2] = w[192 + j];
     for (int t = 0; t < 8; t++)
         for (int l = 0; l < 8; l++)
-            for (int c = 0; c < 4; c++) {
-                const int q = q6k_quant(w, 32 * t + 4 * l + c), byte = 4 * r + c;
-                uint8_t *piece = o + R16_Q6K_QS + 384 * t;
-                piece[64 * (l % 4) + byte] |= (uint8_t)((q & 0x0F) << (l < 4 ? 0 : 4));
-                piece[256 + 64 * (l / 4) + byte] |= (uint8_t)((q >> 4) << (2 * (l % 4)));
-            }
+            for (int c = 0; c < 4; c++)
+                q6k_r16_set_quant(o + R16_Q6K_QS + 384 * t, l, 4 * r + c, q6k_quant(w, 32 * t + 4 * l + c));
 }
 
 /* The inverse, byte for byte. */
@@ -297,15 +313,8 @@ static void q6k_unpack_block(uint8_t *w, uint8_t *o, int r) {
     for (int j = 0; j < 16; j++) w[192 + j] = o[R16_Q6K_SCALES + 2 * R16 * (j / 2) + 2 * r + j % 2];
     for (int t = 0; t < 8; t++)
         for (int l = 0; l < 8; l++)
-            for (int c = 0; c < 4; c++) {
-                const uint8_t *piece = o + R16_Q6K_QS + 384 * t;
-                const int byte = 4 * r + c;
-                const int q = ((piece[64 * (l % 4) + byte] >> (l < 4 ? 0 : 4)) & 0x0F) |
-                              ((piece[256 + 64 * (l / 4) + byte] >> (2 * (l % 4))) & 3) << 4;
-                const int v = 32 * t + 4 * l + c, h = v / 128, rr = v % 128;
-                w[rr < 64 ? 64 * h + rr : 64 * h + rr - 64] |= (uint8_t)((q & 0x0F) << (rr < 64 ? 0 : 4));
-                w[128 + 32 * h + rr % 32] |= (uint8_t)((q >> 4) << (2 * (rr / 32)));
-            }
+            for (int c = 0; c < 4; c++)
+                q6k_set_quant(w, 32 * t + 4 * l + c, q6k_r16_quant(o + R16_Q6K_QS + 384 * t, l, 4 * r + c));
 }
 
 /* Rows of `type` (Q4_K or Q6_K) to groups of 16 rows (pack) or back. src is only read (the walk takes both sides
@@ -1153,8 +1162,8 @@ TARGET_AMX static int amx_matmul_q4_k(const uint8_t *w, int64_t stride, const ac
     return 0;
 }
 
-static int is_k_quant(int type) { return type == Q4_K || type == Q6_K || type == Q4_K_R16 || type == Q6_K_R16; }
 static int is_grouped(int type) { return type == Q4_K_R16 || type == Q6_K_R16; }
+static int is_k_quant(int type) { return type == Q4_K || type == Q6_K || is_grouped(type); }
 
 /* Output n (weights wn, the file's row) for every input, in groups of the kernel's width, of even sizes (9 rows: 5 +
  * 4): y[i * ldy + n]. */

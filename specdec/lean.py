@@ -54,10 +54,8 @@ def rotary_tables(head_dim: int, theta: float, length: int) -> tuple[torch.Tenso
 def product_kernel(model: GGUFModel | None = None) -> str:
     """The name recorded with each step for the products this engine runs on: the product kernel, and "-r16" where
     the model's matrices are in groups of 16 rows (without a model: where models load that way now)."""
-    if model is None:
-        return f"gguf-{quant.kernel_label()}"
-    grouped = any(m.layout == "r16" for w in model.layers for m in (w.q, w.v, w.up, w.down))
-    return f"gguf-{quant.kernel_name()}" + ("-r16" if grouped else "")
+    grouped = None if model is None else any(m.layout == "r16" for w in model.layers for m in (w.q, w.v, w.up, w.down))
+    return f"gguf-{quant.kernel_label(grouped)}"
 
 
 class LeanLM(KeepsFeatures):

@@ -98,11 +98,12 @@ def preferred_layout(qtype: str, out_features: int) -> str:
     return "r16" if kernel_name() == "avx512-vnni" else "rows"
 
 
-def kernel_label() -> str:
-    """The product kernel and, where models load Q4_K in groups of 16 rows, that layout ("avx512-vnni-r16"): what
-    steps and provenance record."""
-    name = kernel_name()
-    return f"{name}-r16" if available() and preferred_layout("Q4_K", R16_ROWS) == "r16" else name
+def kernel_label(grouped: bool | None = None) -> str:
+    """The product kernel and, for matrices in groups of 16 rows, that layout ("avx512-vnni-r16"): what steps and
+    provenance record. grouped: whether they are (None: whether models load Q4_K that way now)."""
+    if grouped is None:
+        grouped = preferred_layout("Q4_K", R16_ROWS) == "r16"
+    return f"{kernel_name()}-r16" if grouped else kernel_name()
 
 
 def row_bytes(qtype: str, in_features: int, layout: str = "rows") -> int:

@@ -22,6 +22,13 @@ QUANT_TYPES = ("Q4_K", "Q6_K", "Q5_0", "Q8_0")
 GGUF_FILES = sorted(Path("resources/gguf").glob("*.gguf"))
 
 
+def study_rows(path, name, info, count: int = 64) -> tuple[np.ndarray, QuantMatrix]:
+    """The first `count` rows of a study file's tensor (`info` from its header): the raw bytes and the matrix."""
+    row_bytes = quant.row_bytes(info.qtype, info.shape[1])
+    rows = np.fromfile(path, dtype=np.uint8, count=count * row_bytes, offset=info.offset).reshape(count, -1)
+    return rows, QuantMatrix(torch.from_numpy(rows), info.qtype, info.shape[1], name)
+
+
 def _bits(t: torch.Tensor) -> torch.Tensor:
     return t.contiguous().view(torch.int32)
 
@@ -45,9 +52,7 @@ def test_every_tensor_type_of_the_study_files_dequantises_as_the_gguf_package_do
             if info.qtype in seen or len(info.shape) != 2:
                 continue
             seen.add(info.qtype)
-            row_bytes = quant.row_bytes(info.qtype, info.shape[1])
-            rows = np.fromfile(path, dtype=np.uint8, count=64 * row_bytes, offset=info.offset).reshape(64, -1)
-            matrix = QuantMatrix(torch.from_numpy(rows), info.qtype, info.shape[1], name)
+            rows, matrix = study_rows(path, name, info)
             expected = reference_dequantize(rows, info.qtype).reshape(64, -1)
             assert torch.equal(_bits(matrix.dequantize_rows()), _bits(torch.from_numpy(expected))), name
     assert {"Q4_K", "Q6_K"} <= seen  # the target's types at least
@@ -116,9 +121,7 @@ def test_every_kernel_gives_the_same_bits_on_the_study_files_weights(kernel):
             if (path, info.qtype) in checked or len(info.shape) != 2:
                 continue
             checked.add((path, info.qtype))
-            row_bytes = quant.row_bytes(info.qtype, info.shape[1])
-            rows = np.fromfile(path, dtype=np.uint8, count=64 * row_bytes, offset=info.offset).reshape(64, -1)
-            matrix = QuantMatrix(torch.from_numpy(rows), info.qtype, info.shape[1], name)
+            _, matrix = study_rows(path, name, info)
             x = torch.randn(9, info.shape[1])
             with quant.use_kernel("avx2"):
                 reference = matrix.matmul(x)
@@ -269,9 +272,7 @@ def test_the_study_files_weights_give_the_same_bits_in_groups_of_16_rows(qtype, 
         found = [(n, t) for n, t in read_header(path, string_arrays=()).tensors.items()
                  if t.qtype == qtype and len(t.shape) == 2]
         for name, info in found[:1] + found[-1:]:  # a layer's matrix and the head (or the last layer's)
-            row_bytes = quant.row_bytes(qtype, info.shape[1])
-            rows = np.fromfile(path, dtype=np.uint8, count=64 * row_bytes, offset=info.offset).reshape(64, -1)
-            matrix = QuantMatrix(torch.from_numpy(rows), qtype, info.shape[1], name)
+            _, matrix = study_rows(path, name, info)
             grouped = matrix.in_layout("r16")
             assert torch.equal(grouped.in_layout("rows").raw, matrix.raw)
             x = torch.randn(9, info.shape[1])
