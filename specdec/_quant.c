@@ -99,8 +99,8 @@ static PyObject *py_matmul(PyObject *self, PyObject *args) {
 }
 
 /* r16_pack(type, src, dst, N, K) / r16_unpack(type, src, dst, N, K): N rows (a multiple of 16) of K values (a multiple
- * of 256) of Q4_K or Q6_K between the file's rows (N x K/256 x 144 or 210 bytes) and groups of 16 rows (N x K/256 x
- * 148 or 210 bytes). */
+ * of the type's block) of Q4_K, Q6_K, Q5_0 or Q8_0 between the file's rows (N x K/256 x 144 or 210 bytes, N x K/32 x
+ * 22 or 34) and groups of 16 rows (148, 210, 22 and 34 bytes a row and block). */
 static PyObject *repack(PyObject *args, int pack) {
     const char *name;
     unsigned long long src, dst;
@@ -108,17 +108,17 @@ static PyObject *repack(PyObject *args, int pack) {
     if (!PyArg_ParseTuple(args, "sKKLL", &name, &src, &dst, &N, &K)) return NULL;
     const int type = parse_type(name);
     if (type < 0) return NULL;
-    if (type != Q4_K && type != Q6_K) {
-        PyErr_Format(PyExc_ValueError, "only Q4_K and Q6_K have groups of 16 rows, not %s", name);
+    if (type != Q4_K && type != Q6_K && type != Q5_0 && type != Q8_0) {
+        PyErr_Format(PyExc_ValueError, "only Q4_K, Q6_K, Q5_0 and Q8_0 have groups of 16 rows, not %s", name);
         return NULL;
     }
     if (!supported()) {
         PyErr_SetString(PyExc_RuntimeError, "specdec._quant needs an x86 CPU with AVX2, FMA and F16C");
         return NULL;
     }
-    if (N < 0 || N % R16 || K < 1 || K % QK || !src || !dst) {
+    if (N < 0 || N % R16 || K < 1 || K % BLOCK_VALUES[type] || !src || !dst) {
         PyErr_Format(PyExc_ValueError, "%s groups of 16 rows need rows a multiple of 16 and a positive multiple "
-                     "of 256 values a row, got %lld x %lld", name, N, K);
+                     "of %d values a row, got %lld x %lld", name, BLOCK_VALUES[type], N, K);
         return NULL;
     }
 #ifdef SPECDEC_X86
@@ -154,8 +154,8 @@ static PyObject *py_build(PyObject *self, PyObject *args) { return PyUnicode_Fro
 static PyMethodDef methods[] = {
     {"dequantize", py_dequantize, METH_VARARGS, "Rows of ggml blocks to fp32, as the gguf package computes them."},
     {"matmul", py_matmul, METH_VARARGS, "y = x @ W.T (+ b) for a quantized W; batch-invariant (see the source)."},
-    {"r16_pack", py_r16_pack, METH_VARARGS, "Q4_K / Q6_K rows -> groups of 16 rows (every byte kept)."},
-    {"r16_unpack", py_r16_unpack, METH_VARARGS, "Groups of 16 rows -> the file's Q4_K / Q6_K rows, byte for byte."},
+    {"r16_pack", py_r16_pack, METH_VARARGS, "Q4_K / Q6_K / Q5_0 / Q8_0 rows -> groups of 16 rows (every byte kept)."},
+    {"r16_unpack", py_r16_unpack, METH_VARARGS, "Groups of 16 rows -> the file's rows, byte for byte."},
     {"supported", py_supported, METH_NOARGS, "Whether this CPU can run the kernels (AVX2, FMA, F16C)."},
     {"kernels", py_kernels, METH_NOARGS, "The product kernels this CPU runs, slowest first (all give the same bits)."},
     {"build", py_build, METH_NOARGS, "The hash of the source and compile flags this module was built from."},

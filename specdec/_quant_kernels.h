@@ -40,12 +40,13 @@
  * on the Intel Xeon, 512 B-2 KB alike within noise; 4 KB and more slowed the head's product) */
 #define PREFETCH_BYTES 1024
 
-/* Q4_K_R16, Q6_K_R16: the blocks repacked in groups of 16 rows (below, "Q4_K in groups of 16 rows"): 148 and 210
- * bytes per row and block on average, every value kept. */
-enum qtype { Q4_K, Q6_K, Q5_0, Q8_0, F32, F16, Q4_K_R16, Q6_K_R16, N_TYPES };
-static const char *TYPE_NAMES[N_TYPES] = {"Q4_K", "Q6_K", "Q5_0", "Q8_0", "F32", "F16", "Q4_K_R16", "Q6_K_R16"};
-static const int BLOCK_VALUES[N_TYPES] = {256, 256, 32, 32, 1, 1, 256, 256};
-static const int BLOCK_BYTES[N_TYPES] = {144, 210, 22, 34, 4, 2, 148, 210};
+/* Q4_K_R16 .. Q8_0_R16: the blocks repacked in groups of 16 rows (below, "Q4_K in groups of 16 rows" and after):
+ * 148, 210, 22 and 34 bytes per row and block on average, every value kept. */
+enum qtype { Q4_K, Q6_K, Q5_0, Q8_0, F32, F16, Q4_K_R16, Q6_K_R16, Q5_0_R16, Q8_0_R16, N_TYPES };
+static const char *TYPE_NAMES[N_TYPES] = {"Q4_K", "Q6_K", "Q5_0", "Q8_0", "F32", "F16",
+                                          "Q4_K_R16", "Q6_K_R16", "Q5_0_R16", "Q8_0_R16"};
+static const int BLOCK_VALUES[N_TYPES] = {256, 256, 32, 32, 1, 1, 256, 256, 32, 32};
+static const int BLOCK_BYTES[N_TYPES] = {144, 210, 22, 34, 4, 2, 148, 210, 22, 34};
 
 /* The product kernels, best last: which one runs is the caller's choice among those the CPU supports
  * (kernel_supported); all give the same bits. */
@@ -206,10 +207,11 @@ TARGET static void dequantize_row(int type, const uint8_t *w, float *y, int64_t 
 #define R16_QS 320
 
 /* Every block of every row of N rows (a multiple of 16) of K values: fn(the row's block in the file's layout, its
- * group's block, the row within the group). The converters below move one row's block each way. */
-static void r16_each_block(uint8_t *rows, uint8_t *groups, int64_t N, int64_t K, int row_block_bytes,
+ * group's block, the row within the group) over `blocks` blocks a row. The converters below move one row's block each
+ * way. */
+static void r16_each_block(uint8_t *rows, uint8_t *groups, int64_t N, int64_t blocks, int row_block_bytes,
                            int group_block_bytes, void (*fn)(uint8_t *, uint8_t *, int)) {
-    const int64_t blocks = K / QK, row = blocks * row_block_bytes;
+    const int64_t row = blocks * row_block_bytes;
     for (int64_t g = 0; g < N / R16; g++)
         for (int64_t b = 0; b < blocks; b++)
             for (int r = 0; r < R16; r++)
@@ -317,14 +319,97 @@ static void q6k_unpack_block(uint8_t *w, uint8_t *o, int r) {
                 q6k_set_quant(w, 32 * t + 4 * l + c, q6k_r16_quant(o + R16_Q6K_QS + 384 * t, l, 4 * r + c));
 }
 
-/* Rows of `type` (Q4_K or Q6_K) to groups of 16 rows (pack) or back. src is only read (the walk takes both sides
- * as writable: one of them is, by direction). */
+/* --- Q5_0 and Q8_0 in groups of 16 rows (Q5_0_R16, Q8_0_R16) ------------------------------------------------------
+ * The 0.5B draft's file is mostly Q5_0 (and its head Q8_0), whose row code ran a one-row product at 11-24 GB/s on the
+ * AMD EPYC Zen 5 (bench/quant_kernel.py), a draft step's layers at ~24 GB/s against the target's ~35: per row and
+ * block it unpacks 32 quants and their fifth bits and broadcasts one scale for eight lanes. The row code's epilogue
+ * (ROW_Q32) is per lane: lane l of a block's eight int32 lanes holds the products of values 4l..4l+3, enters
+ * accumulator l as (d x the input's d) times it, rounded once, and the output is hsum8 of the eight. Grouped like
+ * Q6_K, a register holds values 4l..4l+3 of 16 rows (byte 4r + c: value 4l + c of row r), so one vpdpbusd with the
+ * four broadcast input quants gives lane l for all 16 rows at once, and the eight accumulators hold the 16 rows in
+ * their lanes: the same bits (tests/test_quant.py). The quants enter as unsigned bytes (Q5_0's 5-bit value, Q8_0's
+ * plus 128) and each lane's sum starts at the input's offset (-16 or -128 x the sum of its four quants), which
+ * leaves exactly the signed products' sum, as row_q5_0_512 does.
+ *
+ * A Q5_0 group's block (352 bytes, 22 a row): d of the 16 rows (fp16), four registers of low four bits (register k,
+ * byte 4r + c: value 4k + c of row r in the low nibble, value 4(k + 4) + c in the high one) and one of fifth bits
+ * (byte 4r + c, bit l: value 4l + c's). A Q8_0 group's block (544 bytes, 34 a row): d of the 16 rows, then eight
+ * registers (register l, byte 4r + c: value 4l + c of row r, plus 128). */
+#define R16_Q32_QS 32 /* the quants after the 16 rows' d */
+
+/* A Q5_0 block's 5-bit quant of value v (0..31, the signed value + 16), and its setter (on cleared bits). */
+static inline int q5_0_quant(const uint8_t *w, int v) {
+    const int low = v < 16 ? w[6 + v] & 0x0F : w[6 + v - 16] >> 4;
+    return low | ((w[2 + v / 8] >> (v % 8)) & 1) << 4;
+}
+static inline void q5_0_set_quant(uint8_t *w, int v, int q) {
+    w[6 + v % 16] |= (uint8_t)((q & 0x0F) << (v < 16 ? 0 : 4));
+    w[2 + v / 8] |= (uint8_t)((q >> 4) << (v % 8));
+}
+
+/* The same in a group's block: lane l's value c of row r (byte 4r + c). */
+static inline int q5_0_r16_quant(const uint8_t *o, int l, int byte) {
+    return ((o[R16_Q32_QS + 64 * (l % 4) + byte] >> (l < 4 ? 0 : 4)) & 0x0F) |
+           ((o[R16_Q32_QS + 256 + byte] >> l) & 1) << 4;
+}
+static inline void q5_0_r16_set_quant(uint8_t *o, int l, int byte, int q) {
+    o[R16_Q32_QS + 64 * (l % 4) + byte] |= (uint8_t)((q & 0x0F) << (l < 4 ? 0 : 4));
+    o[R16_Q32_QS + 256 + byte] |= (uint8_t)((q >> 4) << l);
+}
+
+/* Row r's Q5_0 block w (22 bytes) into its group's block o (cleared by the group's first row), and back. */
+static void q5_0_pack_block(uint8_t *w, uint8_t *o, int r) {
+    if (r == 0) memset(o, 0, R16 * 22);
+    memcpy(o + 2 * r, w, 2);
+    for (int l = 0; l < 8; l++)
+        for (int c = 0; c < 4; c++) q5_0_r16_set_quant(o, l, 4 * r + c, q5_0_quant(w, 4 * l + c));
+}
+static void q5_0_unpack_block(uint8_t *w, uint8_t *o, int r) {
+    memset(w, 0, 22);
+    memcpy(w, o + 2 * r, 2);
+    for (int l = 0; l < 8; l++)
+        for (int c = 0; c < 4; c++) q5_0_set_quant(w, 4 * l + c, q5_0_r16_quant(o, l, 4 * r + c));
+}
+
+/* Row r's Q8_0 block w (34 bytes) into its group's block o, and back. */
+static void q8_0_pack_block(uint8_t *w, uint8_t *o, int r) {
+    memcpy(o + 2 * r, w, 2);
+    for (int l = 0; l < 8; l++)
+        for (int c = 0; c < 4; c++) o[R16_Q32_QS + 64 * l + 4 * r + c] = (uint8_t)(w[2 + 4 * l + c] ^ 0x80);
+}
+static void q8_0_unpack_block(uint8_t *w, uint8_t *o, int r) {
+    memcpy(w, o + 2 * r, 2);
+    for (int l = 0; l < 8; l++)
+        for (int c = 0; c < 4; c++) w[2 + 4 * l + c] = (uint8_t)(o[R16_Q32_QS + 64 * l + 4 * r + c] ^ 0x80);
+}
+
+/* The file's row type of a grouped type, and -1 for a type that is not grouped. */
+static int row_type_of(int grouped) {
+    switch (grouped) {
+    case Q4_K_R16: return Q4_K;
+    case Q6_K_R16: return Q6_K;
+    case Q5_0_R16: return Q5_0;
+    case Q8_0_R16: return Q8_0;
+    default: return -1;
+    }
+}
+static int is_grouped(int type) { return row_type_of(type) >= 0; }
+
+/* Rows of `type` (Q4_K, Q6_K, Q5_0 or Q8_0) to groups of 16 rows (pack) or back. src is only read (the walk takes both
+ * sides as writable: one of them is, by direction). */
 static void r16_convert(int type, int pack, const uint8_t *src, uint8_t *dst, int64_t N, int64_t K) {
-    const int q4 = type == Q4_K, row_bytes = BLOCK_BYTES[type], group_bytes = q4 ? R16_Q4K_BYTES : R16_Q6K_BYTES;
+    void (*const packs[4])(uint8_t *, uint8_t *, int) = {q4k_pack_block, q6k_pack_block, q5_0_pack_block,
+                                                          q8_0_pack_block};
+    void (*const unpacks[4])(uint8_t *, uint8_t *, int) = {q4k_unpack_block, q6k_unpack_block, q5_0_unpack_block,
+                                                            q8_0_unpack_block};
+    _Static_assert(Q8_0_R16 - Q4_K_R16 == Q8_0 - Q4_K, "the grouped types follow the row types' order");
+    const int grouped = Q4_K_R16 + type;
+    const int64_t blocks = K / BLOCK_VALUES[type];
+    const int row_bytes = BLOCK_BYTES[type], group_bytes = R16 * BLOCK_BYTES[grouped];
     if (pack)
-        r16_each_block((uint8_t *)src, dst, N, K, row_bytes, group_bytes, q4 ? q4k_pack_block : q6k_pack_block);
+        r16_each_block((uint8_t *)src, dst, N, blocks, row_bytes, group_bytes, packs[type]);
     else
-        r16_each_block(dst, (uint8_t *)src, N, K, row_bytes, group_bytes, q4 ? q4k_unpack_block : q6k_unpack_block);
+        r16_each_block(dst, (uint8_t *)src, N, blocks, row_bytes, group_bytes, unpacks[type]);
 }
 
 /* --- activations, one row at a time ------------------------------------------------------------------------------ */
@@ -801,6 +886,14 @@ ROW_Q32(row_q8_0_512, TARGET512, GROUP512, 34, q8_0_quants, dot_act_vnni)
 #define R16_INPUTS 4 /* inputs per pass over a group's blocks (their sums and accumulators in registers); the group
                       * functions are compiled for 1..4 (SPECIALISE_GROUP) */
 
+/* Asks for the bytes of the block R16_AHEAD blocks on (when the group or the next one has it): a prefetch changes
+ * no value. */
+static inline void r16_prefetch(const uint8_t *w, int block_bytes, int64_t b, int64_t room) {
+    if (b + R16_AHEAD < room)
+        for (int off = 0; off < block_bytes; off += 64)
+            _mm_prefetch((const char *)(w + R16_AHEAD * block_bytes + off), _MM_HINT_T0);
+}
+
 /* Eight accumulators summed lane by lane in hsum8's order: ((a0 + a4) + (a2 + a6)) + ((a1 + a5) + (a3 + a7)). */
 TARGET512 static inline __m512 sum8_in_lanes(const __m512 *a) {
     return _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(a[0], a[4]), _mm512_add_ps(a[2], a[6])),
@@ -814,11 +907,7 @@ TARGET512 static inline __attribute__((always_inline)) void group_q4_k_r16(const
         for (int l = 0; l < 8; l++) acc[i][l] = _mm512_setzero_ps();
     const __m512i low4 = _mm512_set1_epi8(0x0F);
     for (int64_t b = 0; b < blocks; b++, w += R16_Q4K_BYTES) {
-        /* the block R16_AHEAD blocks on (when the group or the next one has it) is asked for now; a prefetch
-         * changes no value */
-        if (b + R16_AHEAD < room)
-            for (int off = 0; off < R16_Q4K_BYTES; off += 64)
-                _mm_prefetch((const char *)(w + R16_AHEAD * R16_Q4K_BYTES + off), _MM_HINT_T0);
+        r16_prefetch(w, R16_Q4K_BYTES, b, room);
         __m512i S[R16_INPUTS];
         for (int i = 0; i < nx; i++) S[i] = _mm512_setzero_si512();
         for (int p = 0; p < 4; p++) { /* chunk p: sub-blocks 2p (low nibbles) and 2p + 1 (high) */
@@ -861,17 +950,17 @@ TARGET512 static inline __attribute__((always_inline)) void group_q4_k_r16(const
     for (int i = 0; i < nx; i++) _mm512_storeu_ps(out + i * R16, sum8_in_lanes(acc[i]));
 }
 /* Each group function compiled for 1..4 inputs (the count a constant, as for the row functions), and their table. */
-#define GROUP_FN(NAME, N)                                                                                    \
-    TARGET512 static void NAME##_##N(const uint8_t *w, const act_k *const *x, int64_t blocks, int64_t room, \
+#define GROUP_FN(NAME, ACT, N)                                                                               \
+    TARGET512 static void NAME##_##N(const uint8_t *w, const ACT *const *x, int64_t blocks, int64_t room,   \
                                      float *o) {                                                            \
         NAME(w, x, N, blocks, room, o);                                                                     \
     }
-#define SPECIALISE_GROUP(NAME)                                                                                   \
-    GROUP_FN(NAME, 1) GROUP_FN(NAME, 2) GROUP_FN(NAME, 3) GROUP_FN(NAME, 4)                                      \
-    static void (*const NAME##_for[R16_INPUTS + 1])(const uint8_t *, const act_k *const *, int64_t, int64_t,   \
+#define SPECIALISE_GROUP(NAME, ACT)                                                                              \
+    GROUP_FN(NAME, ACT, 1) GROUP_FN(NAME, ACT, 2) GROUP_FN(NAME, ACT, 3) GROUP_FN(NAME, ACT, 4)                  \
+    static void (*const NAME##_for[R16_INPUTS + 1])(const uint8_t *, const ACT *const *, int64_t, int64_t,     \
                                                      float *) = {                                               \
         NULL, NAME##_1, NAME##_2, NAME##_3, NAME##_4};
-SPECIALISE_GROUP(group_q4_k_r16)
+SPECIALISE_GROUP(group_q4_k_r16, act_k)
 
 /* Row r's scales 2t and 2t + 1 in int16 lanes 2r and 2r + 1. */
 TARGET512 static inline __m512i q6k_r16_scale_pairs(const uint8_t *w, int t) {
@@ -894,9 +983,7 @@ TARGET512 static inline __attribute__((always_inline)) void group_q6_k_r16(const
     const __m512i even = _mm512_broadcast_i32x4(_mm_setr_epi8(0, 1, 0, 1, 4, 5, 4, 5, 8, 9, 8, 9, 12, 13, 12, 13));
     const __m512i odd = _mm512_broadcast_i32x4(_mm_setr_epi8(2, 3, 2, 3, 6, 7, 6, 7, 10, 11, 10, 11, 14, 15, 14, 15));
     for (int64_t b = 0; b < blocks; b++, w += R16_Q6K_BYTES) {
-        if (b + R16_AHEAD < room) /* as group_q4_k_r16 */
-            for (int off = 0; off < R16_Q6K_BYTES; off += 64)
-                _mm_prefetch((const char *)(w + R16_AHEAD * R16_Q6K_BYTES + off), _MM_HINT_T0);
+        r16_prefetch(w, R16_Q6K_BYTES, b, room);
         __m512i lanes[R16_INPUTS][8];
         for (int i = 0; i < nx; i++)
             for (int l = 0; l < 8; l++) lanes[i][l] = _mm512_setzero_si512();
@@ -940,7 +1027,70 @@ TARGET512 static inline __attribute__((always_inline)) void group_q6_k_r16(const
     }
     for (int i = 0; i < nx; i++) _mm512_storeu_ps(out + i * R16, sum8_in_lanes(acc[i]));
 }
-SPECIALISE_GROUP(group_q6_k_r16)
+SPECIALISE_GROUP(group_q6_k_r16, act_k)
+
+/* One block's lane l for 16 rows (q: their unsigned quants of values 4l..4l+3) into input x's accumulator l: the
+ * lane's integer from the input's offset, then ROW_Q32's rounding. */
+TARGET512 static inline __attribute__((always_inline)) __m512 q32_lane(__m512 acc, __m512 scale, __m512i q,
+                                                                       const act_32 *x, int l) {
+    int32_t quad;
+    memcpy(&quad, x->q + 4 * l, 4);
+    const __m512i lane = _mm512_dpbusd_epi32(_mm512_set1_epi32(x->offsets[l]), q, _mm512_set1_epi32(quad));
+    return _mm512_fmadd_ps(scale, _mm512_cvtepi32_ps(lane), acc);
+}
+
+/* Q5_0 and Q8_0 in groups of 16 rows: the 16 outputs of one group for nx inputs (out[i * R16 + r]); the layouts and
+ * why they give the row code's bits are above q5_0_pack_block. */
+TARGET512 static inline __attribute__((always_inline)) void group_q5_0_r16(const uint8_t *w, const act_32 *const *x,
+                                                                           int nx, int64_t blocks, int64_t room,
+                                                                           float *out) {
+    __m512 acc[R16_INPUTS][8];
+    for (int i = 0; i < nx; i++)
+        for (int l = 0; l < 8; l++) acc[i][l] = _mm512_setzero_ps();
+    const __m512i low4 = _mm512_set1_epi8(0x0F), fifth = _mm512_set1_epi8(0x10);
+    for (int64_t b = 0; b < blocks; b++, w += R16 * 22) {
+        r16_prefetch(w, R16 * 22, b, room);
+        const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)w));
+        __m512 scale[R16_INPUTS];
+        for (int i = 0; i < nx; i++) scale[i] = _mm512_mul_ps(d, _mm512_set1_ps(x[i][b].d));
+        const __m512i bits = _mm512_loadu_si512(w + R16_Q32_QS + 256);
+        for (int k = 0; k < 4; k++) {
+            const __m512i v = _mm512_loadu_si512(w + R16_Q32_QS + 64 * k);
+            /* the fifth bits of lanes k and k + 4 moved to bit 4 (16-bit shifts: what crosses a byte is masked off) */
+            const __m512i h_lo = k ? _mm512_slli_epi16(bits, 4 - k) : _mm512_slli_epi16(bits, 4);
+            const __m512i h_hi = k ? _mm512_srli_epi16(bits, k) : bits;
+            const __m512i q_lo = _mm512_ternarylogic_epi32(_mm512_and_si512(v, low4), h_lo, fifth, 0xF8);
+            const __m512i q_hi = _mm512_ternarylogic_epi32(_mm512_and_si512(_mm512_srli_epi16(v, 4), low4), h_hi,
+                                                           fifth, 0xF8); /* a | (b & c) */
+            for (int i = 0; i < nx; i++) {
+                acc[i][k] = q32_lane(acc[i][k], scale[i], q_lo, &x[i][b], k);
+                acc[i][k + 4] = q32_lane(acc[i][k + 4], scale[i], q_hi, &x[i][b], k + 4);
+            }
+        }
+    }
+    for (int i = 0; i < nx; i++) _mm512_storeu_ps(out + i * R16, sum8_in_lanes(acc[i]));
+}
+SPECIALISE_GROUP(group_q5_0_r16, act_32)
+
+TARGET512 static inline __attribute__((always_inline)) void group_q8_0_r16(const uint8_t *w, const act_32 *const *x,
+                                                                           int nx, int64_t blocks, int64_t room,
+                                                                           float *out) {
+    __m512 acc[R16_INPUTS][8];
+    for (int i = 0; i < nx; i++)
+        for (int l = 0; l < 8; l++) acc[i][l] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < blocks; b++, w += R16 * 34) {
+        r16_prefetch(w, R16 * 34, b, room);
+        const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)w));
+        __m512 scale[R16_INPUTS];
+        for (int i = 0; i < nx; i++) scale[i] = _mm512_mul_ps(d, _mm512_set1_ps(x[i][b].d));
+        for (int l = 0; l < 8; l++) {
+            const __m512i q = _mm512_loadu_si512(w + R16_Q32_QS + 64 * l);
+            for (int i = 0; i < nx; i++) acc[i][l] = q32_lane(acc[i][l], scale[i], q, &x[i][b], l);
+        }
+    }
+    for (int i = 0; i < nx; i++) _mm512_storeu_ps(out + i * R16, sum8_in_lanes(acc[i]));
+}
+SPECIALISE_GROUP(group_q8_0_r16, act_32)
 
 /* Plain float weights (F32 / F16 matrices are rare in these files): widen and multiply-add, 8 lanes then a sum. */
 TARGET static void row_float(int type, const uint8_t *w, const float *const *x, int nx, int64_t K, float *out) {
@@ -1162,8 +1312,14 @@ TARGET_AMX static int amx_matmul_q4_k(const uint8_t *w, int64_t stride, const ac
     return 0;
 }
 
-static int is_grouped(int type) { return type == Q4_K_R16 || type == Q6_K_R16; }
-static int is_k_quant(int type) { return type == Q4_K || type == Q6_K || is_grouped(type); }
+static int is_k_quant(int type) { return type == Q4_K || type == Q6_K || type == Q4_K_R16 || type == Q6_K_R16; }
+
+/* The offset each activation lane's sum starts from (act_32.offsets: -offset x the sum of its four quants): the
+ * AVX-512 kernels multiply Q5_0's quants as unsigned bytes (+16) and the grouped Q8_0's as bytes + 128. */
+static int act_offset(int type, int wide) {
+    if (!wide) return 0;
+    return type == Q5_0 || type == Q5_0_R16 ? 16 : type == Q8_0_R16 ? 128 : 0;
+}
 
 /* Output n (weights wn, the file's row) for every input, in groups of the kernel's width, of even sizes (9 rows: 5 +
  * 4): y[i * ldy + n]. */
@@ -1186,13 +1342,24 @@ TARGET static inline void product_row(int type, const uint8_t *wn, const void **
     }
 }
 
-/* Q4_K or Q6_K in groups of 16 rows (N a multiple of 16): AVX-512 and AMX run the group functions (a few inputs per
- * pass over a group, the group's blocks staying in cache between passes); AVX2 unpacks each group to the file's rows
- * and runs the row code: the same bits either way. Threads split the groups. */
+/* The 16 outputs of one group for nx inputs on its type's group function. */
+TARGET512 static void group_product(int type, const uint8_t *w, const void **rows, int nx, int64_t blocks,
+                                    int64_t room, float *out) {
+    switch (type) {
+    case Q4_K_R16: group_q4_k_r16_for[nx](w, (const act_k *const *)rows, blocks, room, out); break;
+    case Q6_K_R16: group_q6_k_r16_for[nx](w, (const act_k *const *)rows, blocks, room, out); break;
+    case Q5_0_R16: group_q5_0_r16_for[nx](w, (const act_32 *const *)rows, blocks, room, out); break;
+    default: group_q8_0_r16_for[nx](w, (const act_32 *const *)rows, blocks, room, out); break;
+    }
+}
+
+/* A grouped type (N a multiple of 16): AVX-512 and AMX run the group functions (a few inputs per pass over a group,
+ * the group's blocks staying in cache between passes); AVX2 unpacks each group to the file's rows and runs the row
+ * code: the same bits either way. Threads split the groups. */
 TARGET static int r16_matmul(int type, const uint8_t *w, const void **rows, const float *bias, float *y, int64_t ldy,
                              int64_t N, int64_t K, int64_t M, int threads, int kernel) {
-    const int q4 = type == Q4_K_R16, row_type = q4 ? Q4_K : Q6_K;
-    const int64_t blocks = K / QK, n_groups = N / R16, group_bytes = blocks * (q4 ? R16_Q4K_BYTES : R16_Q6K_BYTES);
+    const int row_type = row_type_of(type);
+    const int64_t blocks = K / BLOCK_VALUES[type], n_groups = N / R16, group_bytes = blocks * R16 * BLOCK_BYTES[type];
     if (kernel != KERNEL_AVX2) {
         const int64_t passes = (M + R16_INPUTS - 1) / R16_INPUTS;
 #pragma omp parallel for num_threads(threads) schedule(static)
@@ -1201,8 +1368,7 @@ TARGET static int r16_matmul(int type, const uint8_t *w, const void **rows, cons
             for (int64_t pass = 0, i0 = 0; pass < passes; pass++) {
                 const int nx = (int)(M / passes + (pass < M % passes));
                 float out[R16_INPUTS * R16];
-                (q4 ? group_q4_k_r16_for : group_q6_k_r16_for)[nx](wg, (const act_k *const *)(rows + i0), blocks,
-                                                                   (n_groups - g) * blocks, out);
+                group_product(type, wg, rows + i0, nx, blocks, (n_groups - g) * blocks, out);
                 for (int i = 0; i < nx; i++)
                     for (int r = 0; r < R16; r++) {
                         const float v = out[i * R16 + r];
@@ -1254,8 +1420,8 @@ TARGET static int matmul(int type, const uint8_t *w, int64_t stride, const float
             rows[i] = (char *)acts + per_row * i;
             if (is_k_quant(type))
                 quantize_row_k(x + i * K, (act_k *)rows[i], K);
-            else  /* the offsets only AVX-512's Q5_0 rows read */
-                quantize_row_32(x + i * K, (act_32 *)rows[i], K, type == Q5_0 && wide ? 16 : 0);
+            else
+                quantize_row_32(x + i * K, (act_32 *)rows[i], K, act_offset(type, wide));
         }
     }
     if (is_grouped(type)) {

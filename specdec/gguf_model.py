@@ -237,8 +237,8 @@ def _matrices(tensors: dict, names: list[str], multiplied: bool = True
     """The named matrices (one input width), in this order; returns a matrix per tensor and the product calls: each run
     of adjacent tensors of one type is copied into one buffer and multiplied as one matrix (the per-tensor matrices
     are views of it), with the range of the concatenated outputs it covers. Matrices that are multiplied get the
-    layout the product kernel runs fastest (`quant.preferred_layout`: Q4_K and Q6_K in groups of 16 rows on AVX-512,
-    where every tensor of the run is whole groups, so that each tensor's rows stay a view of the buffer)."""
+    layout the product kernel runs fastest (`quant.preferred_layout`: groups of 16 rows on AVX-512, where every tensor
+    of the run is whole groups, so that each tensor's rows stay a view of the buffer)."""
     in_features = tensors[names[0]].shape[-1]
     views, products, offset = [], [], 0
     for qtype, run in itertools.groupby(names, key=lambda name: tensors[name].qtype):

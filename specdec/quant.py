@@ -1,9 +1,9 @@
 """Weights as a GGUF file holds them: quantized matrices whose rows are ggml blocks, and their products.
 
 A `QuantMatrix` keeps one GGUF tensor's bytes as they are in the file (rows of ggml blocks: Q4_K and Q6_K 256 values
-per 144 / 210 bytes, Q5_0 and Q8_0 32 values per 22 / 34 bytes; F32 and F16 plain), or, for Q4_K and Q6_K on the
-AVX-512 kernels, the same blocks repacked in groups of 16 rows (`in_layout`, every byte kept), so a step reads about
-a sixth of the fp32 bytes. Its product with a few rows of activations runs on specdec/_quant.c: each activation row
+per 144 / 210 bytes, Q5_0 and Q8_0 32 values per 22 / 34 bytes; F32 and F16 plain), or, on the AVX-512 kernels, the
+same blocks repacked in groups of 16 rows (`in_layout`, every byte kept), so a step reads about a sixth of the fp32
+bytes. Its product with a few rows of activations runs on specdec/_quant.c: each activation row
 is quantised on its own to 8 bits (Q8_K blocks for the K-quants, Q8_0 for Q5_0 and Q8_0, as llama.cpp does), the
 blocks' dot products run in integers (exact in any order) and each output's float epilogue is summed block by block
 in one order: a row's result is the same bits whatever other rows share the call and on any thread count.
@@ -76,19 +76,19 @@ def use_kernel(name: str):
         _kernel_override = previous
 
 
-# Layouts of a matrix's bytes: "rows", the file's rows of blocks; "r16", Q4_K's or Q6_K's blocks repacked in groups of
-# 16 rows for the AVX-512 kernels (specdec/_quant_kernels.h, q4k_pack_block / q6k_pack_block: every byte kept; Q4_K 148
-# bytes a row and block instead of 144, Q6_K 210 as in the file; the same products, bit for bit, with a fraction of
-# the instructions per block).
+# Layouts of a matrix's bytes: "rows", the file's rows of blocks; "r16", the blocks of Q4_K, Q6_K, Q5_0 or Q8_0
+# repacked in groups of 16 rows for the AVX-512 kernels (specdec/_quant_kernels.h, q4k_pack_block .. q8_0_pack_block:
+# every byte kept; Q4_K 148 bytes a row and block instead of 144, the others as in the file; the same products, bit
+# for bit, with a fraction of the instructions per block).
 LAYOUTS = ("rows", "r16")
 R16_ROWS = 16
-R16_BLOCK_BYTES = {"Q4_K": 148, "Q6_K": 210}
+R16_BLOCK_BYTES = {"Q4_K": 148, "Q6_K": 210, "Q5_0": 22, "Q8_0": 34}
 LAYOUT_ENV = "SPECDEC_QUANT_LAYOUT"
 
 
 def preferred_layout(qtype: str, out_features: int) -> str:
-    """The layout a matrix of this type and height is given when a model loads: "r16" for Q4_K and Q6_K (whole groups
-    of 16 rows) where the product kernel is avx512-vnni (measured faster there: docs/quantized.md), else "rows";
+    """The layout a matrix of this type and height is given when a model loads: "r16" for the types that have it
+    (`R16_BLOCK_BYTES`; whole groups of 16 rows) where the product kernel is avx512-vnni (measured faster there: docs/quantized.md), else "rows";
     $SPECDEC_QUANT_LAYOUT=rows keeps every matrix in the file's rows. Either layout gives the same bits."""
     wanted = os.environ.get(LAYOUT_ENV, "auto")
     if wanted not in ("auto", "rows"):
@@ -131,7 +131,7 @@ def reference_dequantize(raw: np.ndarray, qtype: str) -> np.ndarray:
 class QuantMatrix:
     """One GGUF weight matrix (out_features x in_features) in its file's block format.
 
-    raw: uint8 (out_features, row_bytes): the file's rows of blocks (layout "rows"), or for Q4_K and Q6_K the same
+    raw: uint8 (out_features, row_bytes): the file's rows of blocks (layout "rows"), or (Q4_K, Q6_K, Q5_0, Q8_0) the same
     blocks repacked in groups of 16 rows (layout "r16", `in_layout`); a copy in memory, never written to. name: the
     tensor's name in the file, for errors."""
 
@@ -140,8 +140,8 @@ class QuantMatrix:
             raise UnsupportedTensorType(f"tensor {name!r} has type {qtype}; the quantized engine runs "
                                         f"{', '.join(SUPPORTED_TYPES)}")
         if layout not in LAYOUTS or (layout == "r16" and qtype not in R16_BLOCK_BYTES):
-            raise ValueError(f"tensor {name!r}: layout {layout!r} is not one of {qtype}'s (rows; r16 for Q4_K and "
-                             f"Q6_K only)")
+            raise ValueError(f"tensor {name!r}: layout {layout!r} is not one of {qtype}'s (rows; r16 for "
+                             f"{', '.join(R16_BLOCK_BYTES)} only)")
         if not isinstance(raw, torch.Tensor) or raw.dtype != torch.uint8 or raw.dim() != 2:
             raise TypeError(f"tensor {name!r}: raw bytes must be a 2-d uint8 tensor, got "
                             f"{getattr(raw, 'dtype', type(raw).__name__)} {tuple(getattr(raw, 'shape', ()))}")

@@ -43,21 +43,22 @@ def test_the_files_cover_every_product_layout(models):
 
 
 @pytest.mark.parametrize("kernel_name", ["avx2", "avx512-vnni"])
-def test_a_model_in_either_layout_gives_the_same_bits(tmp_path, monkeypatch, kernel_name, threads):
-    """The target's Q4_K and Q6_K matrices loaded in the file's rows and in groups of 16 rows (forced here whatever
-    the CPU, so that the AVX2 path, which unpacks each group, is covered too): the same logits, step after step, in
-    one-token steps and a verify pass, fused and in Python."""
+@pytest.mark.parametrize("file", ["target", "draft"])
+def test_a_model_in_either_layout_gives_the_same_bits(tmp_path, monkeypatch, kernel_name, file, threads):
+    """The target's Q4_K and Q6_K matrices, and the draft's Q5_0 and Q8_0 ones, loaded in the file's rows and in
+    groups of 16 rows (forced here whatever the CPU, so that the AVX2 path, which unpacks each group, is covered too):
+    the same logits, step after step, in one-token steps and a verify pass, fused and in Python."""
     from specdec import quant
 
     if kernel_name not in quant.kernels():
         pytest.skip(f"this CPU does not run the {kernel_name} product kernel")
-    path = tiny_gguf(tmp_path / "target.gguf", types=TYPE_SETS["target"])
+    path = tiny_gguf(tmp_path / f"{file}.gguf", types=TYPE_SETS[file])
     monkeypatch.setattr(quant, "preferred_layout",
                         lambda qtype, rows: "r16" if qtype in quant.R16_BLOCK_BYTES and rows % 16 == 0 else "rows")
     grouped = read_gguf(path)
     monkeypatch.setattr(quant, "preferred_layout", lambda qtype, rows: "rows")
     plain = read_gguf(path)
-    assert grouped.layers[1].q.layout == grouped.layers[0].v.layout == grouped.output.layout == "r16"  # Q4_K, Q6_K
+    assert grouped.layers[1].q.layout == grouped.layers[0].v.layout == grouped.output.layout == "r16"
     assert plain.layers[1].q.layout == plain.output.layout == "rows"
     with quant.use_kernel(kernel_name):
         for fused in (True, False):
@@ -141,7 +142,7 @@ def test_positions_outside_the_cache_are_refused(models, start):
 @pytest.mark.parametrize("field, value, error", [
     (3, 99, "unknown weight type code"),               # the first q|k|v run's type
     (5, 7, "bytes per row do not match"),               # its bytes per row
-    (6, 5, "do not add up to \\(heads \\+ 2 kv_heads\\) x head_dim"),  # its output rows
+    (6, 16, "do not add up to \\(heads \\+ 2 kv_heads\\) x head_dim"),  # its output rows
     (2, 0, "1..3 runs"),                                # no q|k|v run
     (0, 0, "a null address"),                           # the attention norm's address
     (19, 0, "weight address is null"),                  # the output projection's address

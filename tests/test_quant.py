@@ -222,8 +222,12 @@ def test_non_contiguous_activations_and_zero_rows_work():
     assert matrix.matmul(torch.empty(0, 256)).shape == (0, 8)
 
 
-# --- Q4_K and Q6_K in groups of 16 rows (layout "r16": the AVX-512 kernels' own) -------------------------------------
-GROUPED_TYPES = ("Q4_K", "Q6_K")
+# --- Q4_K, Q6_K, Q5_0 and Q8_0 in groups of 16 rows (layout "r16": the AVX-512 kernels' own) -----------------------
+GROUPED_TYPES = ("Q4_K", "Q6_K", "Q5_0", "Q8_0")
+GROUP_BLOCK_BYTES = {"Q4_K": 148, "Q6_K": 210, "Q5_0": 22, "Q8_0": 34}  # a row's share of a group's block
+# row widths: 1, 2, 6 and 9 K-quant blocks; 1, 3, 9 and 28 blocks of 32 (the 0.5B file's 896)
+GROUP_WIDTHS = {"Q4_K": (256, 512, 1536, 2304), "Q6_K": (256, 512, 1536, 2304), "Q5_0": (32, 96, 288, 896),
+                "Q8_0": (32, 96, 288, 896)}
 
 
 @pytest.mark.parametrize("qtype", GROUPED_TYPES)
@@ -232,9 +236,9 @@ def test_groups_of_16_rows_keep_every_byte_and_dequantise_as_the_gguf_package_do
     matrix = random_quant_matrix(qtype, rows, in_features, seed=rows + in_features)
     grouped = matrix.in_layout("r16")
     assert (grouped.layout, grouped.kernel_type, grouped.qtype) == ("r16", f"{qtype}_R16", qtype)
-    block_bytes = {"Q4_K": 148, "Q6_K": 210}[qtype]
-    assert grouped.raw.shape == (rows, in_features // 256 * block_bytes)
-    assert grouped.nbytes == rows * in_features // 256 * block_bytes
+    blocks = in_features // quant.BLOCKS[qtype][0]
+    assert grouped.raw.shape == (rows, blocks * GROUP_BLOCK_BYTES[qtype])
+    assert grouped.nbytes == rows * blocks * GROUP_BLOCK_BYTES[qtype]
     assert torch.equal(grouped.in_layout("rows").raw, matrix.raw)  # the file's bytes again, byte for byte
     assert not torch.equal(grouped.raw[:, :matrix.raw.shape[1]], matrix.raw)  # the bytes did move
     expected = torch.from_numpy(reference_dequantize(matrix.raw.numpy(), qtype).reshape(rows, in_features))
@@ -243,12 +247,11 @@ def test_groups_of_16_rows_keep_every_byte_and_dequantise_as_the_gguf_package_do
     assert torch.equal(_bits(grouped.dequantize_rows(picked)), _bits(expected[picked]))
 
 
-@pytest.mark.parametrize("qtype", GROUPED_TYPES)
-@pytest.mark.parametrize("in_features", [256, 512, 1536, 2304])
+@pytest.mark.parametrize("qtype, in_features", [(t, k) for t in GROUPED_TYPES for k in GROUP_WIDTHS[t]])
 def test_groups_of_16_rows_give_the_file_layouts_bits(qtype, in_features, kernel, threads):
     """Every kernel (AVX-512 on the groups; AVX2 unpacking each group to the file's rows) gives the row code's bits:
-    1..16 rows (passes of up to four or two inputs over a group), blocks per row from 1 to 9, with and without a
-    bias. Since the row code's rows are batch-invariant (above), so are the groups'."""
+    1..16 rows (passes of up to four inputs over a group), blocks per row from 1 to 28, with and without a bias.
+    Since the row code's rows are batch-invariant (above), so are the groups'."""
     matrix = random_quant_matrix(qtype, 64, in_features, seed=in_features + 9)
     grouped = matrix.in_layout("r16")
     torch.manual_seed(in_features)
@@ -285,11 +288,13 @@ def test_the_study_files_weights_give_the_same_bits_in_groups_of_16_rows(qtype, 
 def test_a_layout_that_cannot_hold_the_matrix_is_refused():
     with pytest.raises(ValueError, match="whole groups of 16 rows, got 29"):
         random_quant_matrix("Q4_K", 29, 256, name="odd").in_layout("r16")
-    with pytest.raises(ValueError, match="Q5_0 has no layout 'r16'"):
-        random_quant_matrix("Q5_0", 32, 256).in_layout("r16")
-    q8 = random_quant_matrix("Q8_0", 32, 256)
-    with pytest.raises(ValueError, match="r16 for Q4_K and Q6_K only"):
-        QuantMatrix(q8.raw, "Q8_0", 256, "head", layout="r16")
+    with pytest.raises(ValueError, match="whole groups of 16 rows, got 40"):
+        random_quant_matrix("Q8_0", 40, 64, name="odd").in_layout("r16")
+    with pytest.raises(ValueError, match="F32 has no layout 'r16'"):
+        random_quant_matrix("F32", 32, 256).in_layout("r16")
+    f16 = random_quant_matrix("F16", 32, 256)
+    with pytest.raises(ValueError, match="r16 for Q4_K, Q6_K, Q5_0, Q8_0 only"):
+        QuantMatrix(f16.raw, "F16", 256, "head", layout="r16")
     q4 = random_quant_matrix("Q4_K", 32, 256)
     with pytest.raises(ValueError, match="144 bytes per row, but 256 Q4_K values take 148 in layout r16"):
         QuantMatrix(q4.raw, "Q4_K", 256, "q", layout="r16")
@@ -312,9 +317,11 @@ def test_the_native_calls_check_the_grouped_layouts_sizes():
     for n, k in ((24, 256), (32, 300), (-16, 256)):
         with pytest.raises(ValueError, match=f"Q4_K groups of 16 rows need .* got {n} x {k}"):
             _quant.r16_pack("Q4_K", grouped.raw.data_ptr(), out.data_ptr(), n, k)
-    with pytest.raises(ValueError, match="only Q4_K and Q6_K have groups of 16 rows, not Q8_0"):
-        _quant.r16_unpack("Q8_0", grouped.raw.data_ptr(), out.data_ptr(), 32, 256)
-    for name in ("Q4_K_R16", "Q6_K_R16"):
+    with pytest.raises(ValueError, match="Q5_0 groups of 16 rows need .* multiple of 32 values a row, got 32 x 48"):
+        _quant.r16_pack("Q5_0", grouped.raw.data_ptr(), out.data_ptr(), 32, 48)
+    with pytest.raises(ValueError, match="only Q4_K, Q6_K, Q5_0 and Q8_0 have groups of 16 rows, not F16"):
+        _quant.r16_unpack("F16", grouped.raw.data_ptr(), out.data_ptr(), 32, 256)
+    for name in ("Q4_K_R16", "Q6_K_R16", "Q5_0_R16", "Q8_0_R16"):
         with pytest.raises(ValueError, match=f"{name} rows are dequantised after unpacking them"):
             _quant.dequantize(name, grouped.raw.data_ptr(), y.data_ptr(), 1, 256)
 
@@ -324,7 +331,8 @@ def test_the_layout_a_model_loads_with_follows_the_kernel_and_can_be_named(monke
     wide = quant.kernel_name() == "avx512-vnni"
     assert quant.preferred_layout("Q4_K", 32) == ("r16" if wide else "rows")
     assert quant.preferred_layout("Q6_K", 32) == ("r16" if wide else "rows")
-    assert quant.preferred_layout("Q4_K", 24) == "rows" and quant.preferred_layout("Q8_0", 32) == "rows"
+    assert quant.preferred_layout("Q5_0", 32) == quant.preferred_layout("Q8_0", 32) == ("r16" if wide else "rows")
+    assert quant.preferred_layout("Q4_K", 24) == "rows" and quant.preferred_layout("F16", 32) == "rows"
     with quant.use_kernel("avx2"):
         assert quant.preferred_layout("Q4_K", 32) == "rows"
     monkeypatch.setenv(quant.LAYOUT_ENV, "rows")
