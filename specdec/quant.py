@@ -220,6 +220,23 @@ class QuantMatrix:
         return y
 
 
+def quantize_q8_0(weight: torch.Tensor, name: str = "weight") -> QuantMatrix:
+    """A float matrix (out_features, in_features: a multiple of 32) as Q8_0 blocks, quantised by the `gguf` package
+    (ggml's own rounding: per 32 values one fp16 scale and 32 int8), in the layout the product kernel runs fastest
+    (`preferred_layout`): weights of our own (a trained draft head) on the engine's quantized product."""
+    if not isinstance(weight, torch.Tensor) or weight.dim() != 2 or not weight.is_floating_point():
+        raise ValueError(f"{name}: Q8_0 quantises a floating-point matrix, got "
+                         f"{getattr(weight, 'dtype', type(weight).__name__)} {tuple(getattr(weight, 'shape', ()))}")
+    out_features, in_features = weight.shape
+    if in_features % BLOCKS["Q8_0"][0]:
+        raise ValueError(f"{name}: Q8_0 rows hold a multiple of 32 values, got {in_features}")
+    from gguf.quants import quantize
+
+    raw = quantize(weight.detach().float().cpu().numpy(), _gguf_type("Q8_0"))
+    matrix = QuantMatrix(torch.from_numpy(raw.reshape(out_features, -1)), "Q8_0", in_features, name)
+    return matrix.in_layout(preferred_layout("Q8_0", out_features)) if available() else matrix
+
+
 def check_quant_product(x: torch.Tensor, weight: QuantMatrix, bias: torch.Tensor | None) -> None:
     """What specdec/_quant.c relies on, checked before the call (errors name the tensor)."""
     name = weight.name

@@ -357,3 +357,35 @@ def test_an_lm_head_with_a_bias_is_refused_by_name():
     model.lm_head.bias = torch.nn.Parameter(torch.zeros(64, dtype=model.lm_head.weight.dtype))
     with pytest.raises(TypeError, match="this LM head has a bias"):
         TargetParts(model)
+
+
+def test_a_q8_0_drafting_copy_runs_the_quantized_product_keeps_identity_and_leaves_the_head_alone():
+    """dtype "q8_0": every linear layer of the drafting copy (and the LM head rows) becomes Q8_0 blocks on the
+    quantized product, the `gguf` package's quantisation; its logits are the fp32 head's within Q8_0's error (and not
+    equal to them: the weights did change), greedy decoding stays the target's, and the trained head is untouched."""
+    from specdec import quant
+    from specdec.drafts.feature_head import Q8Linear
+
+    if not quant.available():
+        pytest.skip("the quantized product needs specdec._quant on an x86 CPU with AVX2")
+    target32 = tiny_qwen2(vocab_size=64, num_layers=2, seed=0, dtype=torch.float32)
+    head = untrained_head(target32, range(48), seed=1)
+    before = {name: tensor.clone() for name, tensor in head.state_dict().items()}
+    q8, f32 = (FeatureHeadDraft(head, target32, dtype=d) for d in ("q8_0", torch.float32))
+    linears = [name for name, module in head.named_children() if isinstance(module, torch.nn.Linear)]
+    assert len(linears) == 8 and all(isinstance(getattr(q8.head, name), Q8Linear) for name in linears)
+    assert isinstance(q8._rows, Q8Linear) and q8._rows.weight.qtype == "Q8_0"
+    features, tokens = torch.randn(5, 32), torch.tensor([3, 9, 1, 40, 7])
+    (_, low), (_, exact) = (d._step(features, tokens, 1, HeadCache()) for d in (q8, f32))
+    assert not torch.equal(low, exact) and torch.allclose(low, exact, rtol=0.05, atol=0.05 * exact.abs().max())
+    g = torch.Generator().manual_seed(6)
+    drafted = 0
+    for n in (2, 7):
+        ids = torch.randint(0, 64, (1, n), generator=g)
+        result = generate_speculative(target32, FeatureHeadDraft(head, target32, dtype="q8_0"), ids, 3, 12)
+        assert result.tokens == generate_baseline(target32, ids, 12).tokens
+        drafted += result.drafted
+    assert drafted > 0
+    assert all(torch.equal(head.state_dict()[name], tensor) for name, tensor in before.items())
+    with pytest.raises(ValueError, match="a torch dtype or 'q8_0', got 'q4_k'"):
+        FeatureHeadDraft(head, target32, dtype="q4_k")

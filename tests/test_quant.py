@@ -340,3 +340,24 @@ def test_the_layout_a_model_loads_with_follows_the_kernel_and_can_be_named(monke
     monkeypatch.setenv(quant.LAYOUT_ENV, "r32")
     with pytest.raises(ValueError, match="SPECDEC_QUANT_LAYOUT='r32': expected 'auto' or 'rows'"):
         quant.preferred_layout("Q4_K", 32)
+
+
+def test_a_float_matrix_quantised_to_q8_0_holds_the_gguf_packages_blocks():
+    """quant.quantize_q8_0 (a draft head's own weights): the gguf package's Q8_0 bytes, in the layout models load
+    with, each value within about half a quantisation step of the float it came from; shapes it cannot hold are refused."""
+    from gguf.quants import quantize
+
+    torch.manual_seed(2)
+    weight = torch.randn(48, 96)
+    matrix = quant.quantize_q8_0(weight, "head.q_proj")
+    assert matrix.layout == quant.preferred_layout("Q8_0", 48)
+    expected = quantize(weight.numpy(), quant._gguf_type("Q8_0"))
+    assert np.array_equal(matrix.in_layout("rows").raw.numpy(), expected.reshape(48, -1))
+    step = weight.reshape(48, 3, 32).abs().amax(-1, keepdim=True) / 127
+    error = (matrix.dequantize_rows() - weight).reshape(48, 3, 32).abs()
+    # half a step, plus the fp16 scale's rounding times up to 127 (2^-11 relative): 0.56 of a step at most
+    assert bool((error <= 0.57 * step).all()) and float(error.max()) > 0.3 * float(step.min())
+    with pytest.raises(ValueError, match="head.fc: Q8_0 rows hold a multiple of 32 values, got 40"):
+        quant.quantize_q8_0(torch.randn(8, 40), "head.fc")
+    with pytest.raises(ValueError, match="quantises a floating-point matrix"):
+        quant.quantize_q8_0(torch.ones(8, 32, dtype=torch.int32))

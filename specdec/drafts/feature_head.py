@@ -59,6 +59,9 @@ class HeadConfig:
                    config.intermediate_size, float(theta), float(config.rms_norm_eps), int(config.vocab_size))
 
 
+Q8_0 = "q8_0"  # a drafting copy's weights as Q8_0 blocks (FeatureHeadDraft's dtype)
+
+
 class RMSNorm(nn.Module):
     def __init__(self, width: int, eps: float):
         super().__init__()
@@ -263,11 +266,12 @@ class FeatureHeadDraft:
     elsewhere."""
 
     def __init__(self, head: FeatureHead, target_model, eos_token_ids: Sequence[int] | None = None, *,
-                 dtype: torch.dtype | None = None):
+                 dtype: torch.dtype | str | None = None):
         """target_model: the target as the decode job runs it: a Hugging Face model (or a session over one), or a
         LeanLM session (the gguf regime). dtype: the drafting copy's weights (default: the head's; bfloat16 halves
-        the bytes a step reads). Where the engine's native kernels are built, the head's products and the LM head
-        rows run on them (one-row products near the bandwidth floor) instead of torch's."""
+        the bytes a step reads; "q8_0" (`Q8_0`) quarters them, on the quantized product, activations in fp32).
+        Where the engine's native kernels are built, the head's products and the LM head rows run on them (one-row
+        products near the bandwidth floor) instead of torch's."""
         self.parts = target_parts(target_model)
         self.vocab_size = head.config.vocab_size
         if (self.parts.vocab_size, self.parts.hidden_size) != (self.vocab_size, head.config.hidden_size):
@@ -277,8 +281,11 @@ class FeatureHeadDraft:
         self.eos_token_ids = frozenset(eos_token_ids or ())
         self._vocab = head.draft_vocab
         # the LM head's rows of the drafting vocabulary, copied once: a step reads only these
-        self._dtype = dtype or head.fc.weight.dtype
-        self.head, self._rows = _drafting_copy(head, self.parts.head_rows(self._vocab), self._dtype)
+        if isinstance(dtype, str) and dtype != Q8_0:
+            raise ValueError(f"a feature head drafts in a torch dtype or {Q8_0!r}, got {dtype!r}")
+        weights = dtype or head.fc.weight.dtype
+        self._dtype = torch.float32 if weights == Q8_0 else weights  # the activations'
+        self.head, self._rows = _drafting_copy(head, self.parts.head_rows(self._vocab), weights)
         self._target = self._own = None
         self._cache = HeadCache()
         self._drafted_from = 0  # the last head position of the block fed with a target feature
@@ -400,12 +407,47 @@ class FeatureHeadDraft:
         self._cache.crop(min(self._drafted_from, valid_length))
 
 
-def _drafting_copy(head: FeatureHead, rows: torch.Tensor, dtype: torch.dtype) -> tuple[FeatureHead, nn.Module]:
+class Q8Linear(nn.Module):
+    """A linear layer whose weight is Q8_0 blocks (`quant.quantize_q8_0`) on the engine's quantized product: a
+    drafting copy's layer in the GGUF regime, where a bf16 head read as many bytes as a sixth of the 4-bit target.
+    fp32 in and out."""
+
+    def __init__(self, linear: nn.Linear, name: str):
+        super().__init__()
+        from ..quant import quantize_q8_0
+
+        self.weight = quantize_q8_0(linear.weight, name)
+        self.bias = None if linear.bias is None else linear.bias.detach().float().clone()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        rows = x.reshape(-1, x.shape[-1])
+        return self.weight.matmul(rows, self.bias).reshape(*x.shape[:-1], self.weight.out_features)
+
+
+def _quantized_copy(head: FeatureHead, linear: nn.Linear) -> tuple[FeatureHead, nn.Module]:
+    """The head and its LM head rows with every linear layer's weight in Q8_0 (norms and biases fp32)."""
+    from .. import quant
+
+    if not quant.available():
+        raise RuntimeError("a feature head in q8_0 runs on specdec._quant (an x86 CPU with AVX2, FMA and F16C)")
+    head = copy.deepcopy(head).float().eval().requires_grad_(False)
+    for name, module in list(head.named_children()):
+        if isinstance(module, nn.Linear):
+            setattr(head, name, Q8Linear(module, f"head.{name}"))
+    return head, Q8Linear(linear, "head.lm_rows")
+
+
+def _drafting_copy(head: FeatureHead, rows: torch.Tensor, dtype: torch.dtype | str) -> tuple[FeatureHead, nn.Module]:
     """The head and its LM head rows as drafting runs them: in `dtype`, on the native kernels where built (fp32:
-    the AVX2 product; bf16: the AVX2 kernel reading the bf16 weights). The head given is left as it is (training
-    and saving use it)."""
+    the AVX2 product; bf16: the AVX2 kernel reading the bf16 weights; Q8_0, the string "q8_0": the quantized
+    product). The head given is left as it is (training and saving use it)."""
     from .. import kernels
 
+    if dtype == Q8_0:
+        linear = nn.Linear(rows.shape[1], rows.shape[0], bias=False)
+        with torch.no_grad():
+            linear.weight.copy_(rows.float())
+        return _quantized_copy(head, linear)
     head = copy.deepcopy(head).to(dtype).eval()
     linear = nn.Linear(rows.shape[1], rows.shape[0], bias=False, dtype=dtype)
     with torch.no_grad():

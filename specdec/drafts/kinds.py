@@ -52,7 +52,8 @@ def _feature_head(spec: Mapping, resources: DraftResources):
 
     import torch
 
-    dtype = getattr(torch, spec["dtype"]) if spec.get("dtype") else None
+    dtype = spec.get("dtype")
+    dtype = dtype if dtype in (None, "q8_0") else getattr(torch, dtype)
     head = FeatureHeadDraft(resources.draft_model(), resources.target, eos_token_ids=sorted(resources.eos_token_ids),
                             dtype=dtype)
     return HybridDraft(_lookup(spec, resources), head) if spec.get("lookup") else head
@@ -99,8 +100,10 @@ register(DraftKind(
     {"vocab": {"type": "integer", "minimum": 2, "description": "drafting vocabulary: the most frequent tokens of "
                                                                  "the training data (default: every token)"},
      "training": {"type": "object", "description": "the head's training (docs/feature-head.md)"},
-     "dtype": {**DTYPE, "description": "the head's weights and LM head rows while drafting (default: as trained, "
-                                        "float32); bfloat16 halves the bytes of a step, in either regime"},
+     "dtype": {"enum": ["float32", "bfloat16", "q8_0"],
+               "description": "the head's weights and LM head rows while drafting (default: as trained, float32); "
+                              "bfloat16 halves the bytes of a step, q8_0 (ggml's 8-bit blocks, on the quantized "
+                              "product) nearly quarters them, in either regime"},
      "lookup": {"type": "boolean", "description": "prompt lookup where it finds a match, the head elsewhere (as the "
                                                   "hybrid kind)"},
      "head": {"type": "string", "description": "another feature_head draft whose trained head this one drafts with "

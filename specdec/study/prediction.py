@@ -24,7 +24,7 @@ EXTRA_COLUMNS = ["measured_decode_speedup", "c_measured", "verify_cost_ratio_mea
                  "prefill_share", "drafted_per_block", "n_prompts"]
 
 # bytes per weight of the dtypes a draft may be given (config key draft_kinds.*.dtype): no torch in the table stages
-DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
+DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2, "q8_0": 34 / 32}  # q8_0: 32 int8 and an fp16 scale
 
 
 def forward_seconds(profiles: pd.DataFrame) -> pd.Series:
