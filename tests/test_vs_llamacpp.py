@@ -216,3 +216,15 @@ def test_the_workflow_plans_one_job_per_domain_on_the_gguf_files_and_refuses_the
     assert "results/gguf/tables/vs_llamacpp.csv" in output
     fp32 = _dry_run("--", "vs_llamacpp")
     assert fp32.returncode != 0 and "runtime.weights 'gguf'" in fp32.stdout + fp32.stderr
+
+
+def test_a_feature_head_in_the_side_by_side_job_gets_its_trained_heads_directory():
+    """A draft whose model is of its own kind (the Q8_0 head behind lookup, config/gguf-zen5-head.yaml) runs from the
+    directory of the head it drafts with, not from a GGUF file: the job's inputs name it (without it the job stopped
+    at its first draft with 'needs its model directory')."""
+    result = _dry_run("--configfile", "config/gguf.yaml", "config/gguf-zen5-head.yaml", "--",
+                      "results/gguf-zen5-head/vs_llamacpp/runs/code.parquet")
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output[-4000:]
+    job = output.split("rule vs_llamacpp_run:")[1].split("\n\n")[0]
+    assert "resources/models/coder-head" in job and "resources/gguf/qwen2.5-coder-1.5b-instruct.gguf" in job

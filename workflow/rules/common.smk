@@ -483,8 +483,11 @@ def vs_llamacpp_inputs(wildcards):
         raise WorkflowError("vs_llamacpp runs our engine on the GGUF files: run it with runtime.weights 'gguf' "
                             "(--configfile config/gguf.yaml)")
     files = vs_llamacpp_gguf_files()
+    # a draft of a kind with a model of its own kind (a feature head) loads its directory, named after the draft
+    own = {f"own_{name}": model_dir(draft_model_name(name)) for name in VS_LLAMACPP["drafts"]
+           if draft_kind(name).load is not None}
     return {"target": files[config["target"]], "llamacpp_draft": files[VS_LLAMACPP["llamacpp"]["draft"]],
-            **{f"draft_{name}": files[name] for name in files if name != config["target"]}}
+            **{f"draft_{name}": files[name] for name in files if name != config["target"]}, **own}
 
 
 # --- the gguf regime: checked at start --------------------------------------------------------------------------

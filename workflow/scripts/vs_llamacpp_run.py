@@ -40,8 +40,9 @@ def main(snakemake):
         target, vocabulary = load_target(inputs.target, runtime, None, longest)
         proposers = {}
         for name, spec in p.draft_specs.items():
-            source = gguf_draft_source(name, spec)  # (the model whose file it runs, layers), or None: no model
-            path = inputs.get(f"draft_{source[0]}") if source else None
+            source = gguf_draft_source(name, spec)  # (the model whose file it runs, layers), or None
+            # None: no model, or one of its own kind (a feature head's directory, own_<draft>)
+            path = inputs.get(f"draft_{source[0]}") if source else inputs.get(f"own_{name}")
             proposers[name] = make_draft(name, dict(spec), target, vocabulary, path, runtime)
         llama = s["llamacpp"]
         methods = methods_for(s["drafts"], llama["draft"], int(llama["k"]))
