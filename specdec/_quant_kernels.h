@@ -336,6 +336,8 @@ static void q6k_unpack_block(uint8_t *w, uint8_t *o, int r) {
  * (byte 4r + c, bit l: value 4l + c's). A Q8_0 group's block (544 bytes, 34 a row): d of the 16 rows, then eight
  * registers (register l, byte 4r + c: value 4l + c of row r, plus 128). */
 #define R16_Q32_QS 32 /* the quants after the 16 rows' d */
+#define R16_Q5_0_BYTES (R16 * 22)
+#define R16_Q8_0_BYTES (R16 * 34)
 
 /* A Q5_0 block's 5-bit quant of value v (0..31, the signed value + 16), and its setter (on cleared bits). */
 static inline int q5_0_quant(const uint8_t *w, int v) {
@@ -359,7 +361,7 @@ static inline void q5_0_r16_set_quant(uint8_t *o, int l, int byte, int q) {
 
 /* Row r's Q5_0 block w (22 bytes) into its group's block o (cleared by the group's first row), and back. */
 static void q5_0_pack_block(uint8_t *w, uint8_t *o, int r) {
-    if (r == 0) memset(o, 0, R16 * 22);
+    if (r == 0) memset(o, 0, R16_Q5_0_BYTES);
     memcpy(o + 2 * r, w, 2);
     for (int l = 0; l < 8; l++)
         for (int c = 0; c < 4; c++) q5_0_r16_set_quant(o, l, 4 * r + c, q5_0_quant(w, 4 * l + c));
@@ -899,12 +901,19 @@ TARGET512 static inline __m512 sum8_in_lanes(const __m512 *a) {
     return _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(a[0], a[4]), _mm512_add_ps(a[2], a[6])),
                          _mm512_add_ps(_mm512_add_ps(a[1], a[5]), _mm512_add_ps(a[3], a[7])));
 }
+
+/* The first n rows of eight accumulators each (a group function's acc[input][l], the AMX tiles' acc[output][l])
+ * set to zero. */
+TARGET512 static inline __attribute__((always_inline)) void zero_accumulators(__m512 acc[][8], int n) {
+    for (int i = 0; i < n; i++)
+        for (int l = 0; l < 8; l++) acc[i][l] = _mm512_setzero_ps();
+}
+
 TARGET512 static inline __attribute__((always_inline)) void group_q4_k_r16(const uint8_t *w, const act_k *const *x,
                                                                            int nx, int64_t blocks, int64_t room,
                                                                            float *out) {
     __m512 acc[R16_INPUTS][8];
-    for (int i = 0; i < nx; i++)
-        for (int l = 0; l < 8; l++) acc[i][l] = _mm512_setzero_ps();
+    zero_accumulators(acc, nx);
     const __m512i low4 = _mm512_set1_epi8(0x0F);
     for (int64_t b = 0; b < blocks; b++, w += R16_Q4K_BYTES) {
         r16_prefetch(w, R16_Q4K_BYTES, b, room);
@@ -976,8 +985,7 @@ TARGET512 static inline __attribute__((always_inline)) void group_q6_k_r16(const
                                                                            int nx, int64_t blocks, int64_t room,
                                                                            float *out) {
     __m512 acc[R16_INPUTS][8];
-    for (int i = 0; i < nx; i++)
-        for (int l = 0; l < 8; l++) acc[i][l] = _mm512_setzero_ps();
+    zero_accumulators(acc, nx);
     const __m512i low4 = _mm512_set1_epi8(0x0F), top2 = _mm512_set1_epi8(0x30);
     /* int16 lanes 2r and 2r + 1 both take row r's scale 2t (even) or 2t + 1 (odd) from lanes 2r, 2r + 1 */
     const __m512i even = _mm512_broadcast_i32x4(_mm_setr_epi8(0, 1, 0, 1, 4, 5, 4, 5, 8, 9, 8, 9, 12, 13, 12, 13));
@@ -1029,6 +1037,13 @@ TARGET512 static inline __attribute__((always_inline)) void group_q6_k_r16(const
 }
 SPECIALISE_GROUP(group_q6_k_r16, act_k)
 
+/* A Q5_0 / Q8_0 group's block b: per input, (d x the input's d) for the 16 rows, ROW_Q32's one multiply. */
+TARGET512 static inline __attribute__((always_inline)) void q32_scales(const uint8_t *w, const act_32 *const *x, int nx,
+                                                                       int64_t b, __m512 *scale) {
+    const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)w));
+    for (int i = 0; i < nx; i++) scale[i] = _mm512_mul_ps(d, _mm512_set1_ps(x[i][b].d));
+}
+
 /* One block's lane l for 16 rows (q: their unsigned quants of values 4l..4l+3) into input x's accumulator l: the
  * lane's integer from the input's offset, then ROW_Q32's rounding. */
 TARGET512 static inline __attribute__((always_inline)) __m512 q32_lane(__m512 acc, __m512 scale, __m512i q,
@@ -1045,20 +1060,17 @@ TARGET512 static inline __attribute__((always_inline)) void group_q5_0_r16(const
                                                                            int nx, int64_t blocks, int64_t room,
                                                                            float *out) {
     __m512 acc[R16_INPUTS][8];
-    for (int i = 0; i < nx; i++)
-        for (int l = 0; l < 8; l++) acc[i][l] = _mm512_setzero_ps();
+    zero_accumulators(acc, nx);
     const __m512i low4 = _mm512_set1_epi8(0x0F), fifth = _mm512_set1_epi8(0x10);
-    for (int64_t b = 0; b < blocks; b++, w += R16 * 22) {
-        r16_prefetch(w, R16 * 22, b, room);
-        const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)w));
+    for (int64_t b = 0; b < blocks; b++, w += R16_Q5_0_BYTES) {
+        r16_prefetch(w, R16_Q5_0_BYTES, b, room);
         __m512 scale[R16_INPUTS];
-        for (int i = 0; i < nx; i++) scale[i] = _mm512_mul_ps(d, _mm512_set1_ps(x[i][b].d));
+        q32_scales(w, x, nx, b, scale);
         const __m512i bits = _mm512_loadu_si512(w + R16_Q32_QS + 256);
         for (int k = 0; k < 4; k++) {
             const __m512i v = _mm512_loadu_si512(w + R16_Q32_QS + 64 * k);
             /* the fifth bits of lanes k and k + 4 moved to bit 4 (16-bit shifts: what crosses a byte is masked off) */
-            const __m512i h_lo = k ? _mm512_slli_epi16(bits, 4 - k) : _mm512_slli_epi16(bits, 4);
-            const __m512i h_hi = k ? _mm512_srli_epi16(bits, k) : bits;
+            const __m512i h_lo = _mm512_slli_epi16(bits, 4 - k), h_hi = _mm512_srli_epi16(bits, k);
             const __m512i q_lo = _mm512_ternarylogic_epi32(_mm512_and_si512(v, low4), h_lo, fifth, 0xF8);
             const __m512i q_hi = _mm512_ternarylogic_epi32(_mm512_and_si512(_mm512_srli_epi16(v, 4), low4), h_hi,
                                                            fifth, 0xF8); /* a | (b & c) */
@@ -1076,13 +1088,11 @@ TARGET512 static inline __attribute__((always_inline)) void group_q8_0_r16(const
                                                                            int nx, int64_t blocks, int64_t room,
                                                                            float *out) {
     __m512 acc[R16_INPUTS][8];
-    for (int i = 0; i < nx; i++)
-        for (int l = 0; l < 8; l++) acc[i][l] = _mm512_setzero_ps();
-    for (int64_t b = 0; b < blocks; b++, w += R16 * 34) {
-        r16_prefetch(w, R16 * 34, b, room);
-        const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)w));
+    zero_accumulators(acc, nx);
+    for (int64_t b = 0; b < blocks; b++, w += R16_Q8_0_BYTES) {
+        r16_prefetch(w, R16_Q8_0_BYTES, b, room);
         __m512 scale[R16_INPUTS];
-        for (int i = 0; i < nx; i++) scale[i] = _mm512_mul_ps(d, _mm512_set1_ps(x[i][b].d));
+        q32_scales(w, x, nx, b, scale);
         for (int l = 0; l < 8; l++) {
             const __m512i q = _mm512_loadu_si512(w + R16_Q32_QS + 64 * l);
             for (int i = 0; i < nx; i++) acc[i][l] = q32_lane(acc[i][l], scale[i], q, &x[i][b], l);
@@ -1244,8 +1254,7 @@ TARGET_AMX static void amx_group(const uint8_t *w, int64_t stride, const amx_inp
     const int nx = in->inputs;
     amx_block u[2]; /* blocks alternate: the next one is unpacked while the tiles still read this one */
     __m512 acc[AMX_TILE][8]; /* q4k_flush's eight accumulators (block b into b mod 8), each on 16 inputs */
-    for (int o = 0; o < AMX_TILE; o++)
-        for (int l = 0; l < 8; l++) acc[o][l] = _mm512_setzero_ps();
+    zero_accumulators(acc, AMX_TILE);
     int32_t c1[AMX_TILE][AMX_TILE] __attribute__((aligned(64))), c2[AMX_TILE][AMX_TILE] __attribute__((aligned(64)));
     memset(c1, 0, sizeof c1);
     memset(c2, 0, sizeof c2);

@@ -412,19 +412,19 @@ class Q8Linear(nn.Module):
     drafting copy's layer in the GGUF regime, where a bf16 head read as many bytes as a sixth of the 4-bit target.
     fp32 in and out."""
 
-    def __init__(self, linear: nn.Linear, name: str):
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None, name: str):
         super().__init__()
         from ..quant import quantize_q8_0
 
-        self.weight = quantize_q8_0(linear.weight, name)
-        self.bias = None if linear.bias is None else linear.bias.detach().float().clone()
+        self.weight = quantize_q8_0(weight, name)
+        self.bias = None if bias is None else bias.detach().float().clone()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         rows = x.reshape(-1, x.shape[-1])
         return self.weight.matmul(rows, self.bias).reshape(*x.shape[:-1], self.weight.out_features)
 
 
-def _quantized_copy(head: FeatureHead, linear: nn.Linear) -> tuple[FeatureHead, nn.Module]:
+def _quantized_copy(head: FeatureHead, rows: torch.Tensor) -> tuple[FeatureHead, nn.Module]:
     """The head and its LM head rows with every linear layer's weight in Q8_0 (norms and biases fp32)."""
     from .. import quant
 
@@ -433,8 +433,8 @@ def _quantized_copy(head: FeatureHead, linear: nn.Linear) -> tuple[FeatureHead, 
     head = copy.deepcopy(head).float().eval().requires_grad_(False)
     for name, module in list(head.named_children()):
         if isinstance(module, nn.Linear):
-            setattr(head, name, Q8Linear(module, f"head.{name}"))
-    return head, Q8Linear(linear, "head.lm_rows")
+            setattr(head, name, Q8Linear(module.weight, module.bias, f"head.{name}"))
+    return head, Q8Linear(rows, None, "head.lm_rows")
 
 
 def _drafting_copy(head: FeatureHead, rows: torch.Tensor, dtype: torch.dtype | str) -> tuple[FeatureHead, nn.Module]:
@@ -444,10 +444,7 @@ def _drafting_copy(head: FeatureHead, rows: torch.Tensor, dtype: torch.dtype | s
     from .. import kernels
 
     if dtype == Q8_0:
-        linear = nn.Linear(rows.shape[1], rows.shape[0], bias=False)
-        with torch.no_grad():
-            linear.weight.copy_(rows.float())
-        return _quantized_copy(head, linear)
+        return _quantized_copy(head, rows)
     head = copy.deepcopy(head).to(dtype).eval()
     linear = nn.Linear(rows.shape[1], rows.shape[0], bias=False, dtype=dtype)
     with torch.no_grad():

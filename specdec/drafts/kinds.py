@@ -47,13 +47,13 @@ def _hybrid(spec: Mapping, resources: DraftResources):
 
 
 def _feature_head(spec: Mapping, resources: DraftResources):
-    from .feature_head import FeatureHeadDraft
+    from .feature_head import Q8_0, FeatureHeadDraft
     from .hybrid import HybridDraft
 
     import torch
 
     dtype = spec.get("dtype")
-    dtype = dtype if dtype in (None, "q8_0") else getattr(torch, dtype)
+    dtype = dtype if dtype in (None, Q8_0) else getattr(torch, dtype)
     head = FeatureHeadDraft(resources.draft_model(), resources.target, eos_token_ids=sorted(resources.eos_token_ids),
                             dtype=dtype)
     return HybridDraft(_lookup(spec, resources), head) if spec.get("lookup") else head
