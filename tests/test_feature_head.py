@@ -4,6 +4,7 @@ a wrong rule rejected) run on it in tests/test_registry.py like on every kind.""
 
 from __future__ import annotations
 
+import copy
 from dataclasses import replace
 
 import pandas as pd
@@ -14,6 +15,7 @@ import torch
 import specdec.decode as decode
 from specdec.decode import generate_baseline, generate_speculative
 from specdec.drafts.feature_head import FeatureHead, FeatureHeadDraft, HeadCache, TargetParts, untrained_head
+from specdec.errors import DraftSpecError
 from specdec.lm import CachedLM, PrefixMemoLM
 from specdec.sampling import SamplingConfig
 from specdec.study.distribution import exact_first_tokens
@@ -23,8 +25,10 @@ from specdec.study.feature_head import (
     head_data,
     head_losses,
     load_head_data,
+    settings_from_config,
     target_features,
     train_feature_head,
+    train_head_for,
 )
 from specdec.study.stats import chi_square_gof
 from specdec.testing import tiny_qwen2
@@ -248,6 +252,57 @@ def test_head_data_is_the_targets_answers_with_its_features_and_resumes_part_by_
     lines.clear()
     head_data(CachedLM(target), prompts, 6, out, parts, {"model": "tiny"}, part_size=2, log=lines.append)
     assert lines[0].endswith("starting over") and len(lines) == 4
+
+
+def test_text_read_through_keeps_every_positions_features_and_two_data_sets_load_in_order(target, tmp_path):
+    g = torch.Generator().manual_seed(4)
+    texts = pd.DataFrame({"prompt_id": ["r", "s"], "n_prompt": [2, 3],
+                          "input_ids": [torch.randint(0, 64, (n,), generator=g).tolist() for n in (7, 5)]})
+    lines = []
+    head_data(CachedLM(target), texts, 0, tmp_path / "read", tmp_path / "parts", {"model": "tiny"}, log=lines.append)
+    ids, features = load_head_data(tmp_path / "read")
+    assert ids == texts["input_ids"].tolist()  # read, nothing generated, nothing dropped
+    assert lines[0].endswith("7 positions read (" + lines[0].split("(")[-1])
+    assert pd.read_parquet(tmp_path / "read/sequences.parquet")["n_prompt"].tolist() == [2, 3]
+    for row, kept in zip(ids, features):
+        torch.testing.assert_close(kept, full_features(target, row).half(), rtol=0, atol=2e-3)
+    answers = pd.DataFrame({"prompt_id": ["a"], "input_ids": [[5, 6, 7]]})
+    head_data(CachedLM(target), answers, 4, tmp_path / "answers", tmp_path / "parts", {"model": "tiny"},
+              log=lambda _: None)
+    both_ids, both_features = load_head_data(tmp_path / "answers", tmp_path / "read")
+    assert both_ids == load_head_data(tmp_path / "answers")[0] + ids and len(both_features) == 3
+    assert torch.equal(both_features[2], features[1])
+
+
+def test_the_cosine_schedule_warms_up_then_falls_to_zero_and_unknown_settings_are_named():
+    settings = FeatureHeadSettings(steps=110, warmup=10, learning_rate=1e-3, schedule="cosine")
+    rates = [settings.learning_rate_at(step) for step in range(110)]
+    assert rates[0] == pytest.approx(1e-4) and rates[9] == pytest.approx(1e-3)  # linear warm-up
+    assert rates[59] == pytest.approx(5e-4) and rates[-1] == pytest.approx(0, abs=1e-12)  # half-way, end
+    assert all(a >= b for a, b in zip(rates[9:], rates[10:]))
+    constant = FeatureHeadSettings(steps=110, warmup=10, learning_rate=1e-3)
+    assert [constant.learning_rate_at(s) for s in (9, 109)] == [1e-3, 1e-3]
+    with pytest.raises(DraftSpecError, match="training schedule 'linear': one of \\['constant', 'cosine'\\]"):
+        FeatureHeadSettings(schedule="linear")
+    with pytest.raises(DraftSpecError, match="config key 'draft_kinds.h.training': unknown setting\\(s\\) \\['epochs'\\]"):
+        settings_from_config({"epochs": 3, "init": "other", "data": ["answers", "corpus"]}, "draft_kinds.h")
+    assert settings_from_config({"init": "other", "data": ["answers", "corpus"]}, "k").data == ("answers", "corpus")
+
+
+def test_training_can_start_from_a_trained_head_keeping_its_vocabulary(target):
+    sequences = _self_distilled(target, 3, 6, seed=5)
+    features = [target_features(target, [ids], log=lambda _: None)["features_0"] for ids in sequences]
+    first = untrained_head(target, [1, 2, 3, 5, 8, 13, 21, 34], seed=3)
+    settings = FeatureHeadSettings(steps=0, vocab=4, init="first")
+    same, _ = train_head_for(target, sequences, features, settings, init=copy.deepcopy(first))
+    assert torch.equal(same.draft_vocab, first.draft_vocab)  # not the data's 4 most frequent tokens
+    for name, tensor in first.state_dict().items():
+        assert torch.equal(same.state_dict()[name], tensor), name
+    trained, curve = train_head_for(target, sequences, features, replace(settings, steps=2), init=copy.deepcopy(first))
+    assert len(curve) == 2 and not torch.equal(trained.fc.weight, first.fc.weight)
+    wider = tiny_qwen2(vocab_size=64, num_layers=2, seed=0, hidden_size=48)
+    with pytest.raises(DraftSpecError, match="the head to start from was made for another target"):
+        train_head_for(wider, sequences, features, settings, init=copy.deepcopy(first))
 
 
 def _acceptance(target, head, sequences, k=3):

@@ -413,13 +413,25 @@ def test_adding_a_draft_to_the_sweep_schedules_one_job_per_domain(tiny_study):
         (lambda c: c.update(draft_kinds={"h": {"kind": "feature_head", "head": "lookup"},
                                          "lookup": {"kind": "prompt_lookup"}}),
          "config key 'draft_kinds.h.head': 'lookup' is not a feature_head draft"),
+        (lambda c: c.update(draft_kinds={"h": {"kind": "feature_head", "training": {"data": ["answers", "web"]}}}),
+         "config key 'draft_kinds.h.training.data': 'web' is not one of ['answers', 'corpus']"),
+        (lambda c: c.update(draft_kinds={"h": {"kind": "feature_head", "training": {"data": ["corpus"]}}}),
+         "config key 'draft_kinds.h.training.data': corpus needs feature_head.corpus"),
+        (lambda c: c.update(draft_kinds={"h": {"kind": "feature_head", "training": {"init": "lookup"}},
+                                         "lookup": {"kind": "prompt_lookup"}}),
+         "config key 'draft_kinds.h.training.init': 'lookup' is not another feature_head draft"),
+        (lambda c: c.update(feature_head={"corpus": {"parts": {"p": {
+            "archive_of": "nope", "file_glob": "*.py", "instruction": "{path}", "sequences": 1}}}}),
+         "config key 'feature_head.corpus.parts.p.archive_of': 'nope' is not under 'prompt_sources'"),
     ],
     ids=["misspelled key", "k < 1", "wrong type", "temperature < 0", "top-p > 1", "unknown draft",
          "truncated draft without layers", "unknown draft kind", "unknown prompt set", "unknown source",
          "no prompts", "target as draft", "distribution top-k too large", "distribution draft not studied",
          "dtype for a draft without weights", "unknown draft dtype", "unknown sweep draft",
          "per-draft override of a draft not swept", "unknown sweep domain", "unknown decoding domain",
-         "unknown training prompt set", "unknown head training prompt set", "head shared from a non-head"],
+         "unknown training prompt set", "unknown head training prompt set", "head shared from a non-head",
+         "unknown head data", "head corpus without a corpus", "head started from a non-head",
+         "corpus of an unknown archive"],
 )
 def test_invalid_config_is_refused_naming_the_key(tmp_path, mutate, message):
     config = build_tiny_study(tmp_path)

@@ -3,6 +3,7 @@
 - `--cores 1` plans the same machine id and paths as `--cores 2`: timed jobs run runtime.threads torch threads
   whatever --cores is, which only bounds how many jobs run at once."""
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -91,3 +92,30 @@ def test_the_distribution_check_of_a_feature_head_reads_its_trained_head(tmp_pat
     assert len(inputs) == 8  # coder-head and its lookup hybrid, four domains
     assert all("resources/models/coder-head," in line and "resources/models/qwen2.5-coder-1.5b-instruct" in line
                for line in inputs)
+
+
+@pytest.mark.slow
+def test_the_head_trained_on_the_corpus_reads_both_data_sets_and_starts_from_coder_head():
+    """config/feature-head-corpus.yaml: coder-head-corpus's training job reads the answers and the corpus's features
+    and coder-head's directory; the corpus's features are read by the target's GGUF file from the corpus table."""
+    result = dry_run("--cores", "2", "--configfile", "config/feature-head-corpus.yaml", "--",
+                     "results/feature-head-corpus/tables/sweep_cells.csv")
+    jobs = re.split(r"\n(?=(?:local)?rule )", result.stdout)
+
+    def job(rule, output):
+        """The input paths of the one job of `rule` whose first output is `output`."""
+        found = [b for b in jobs if b.startswith(f"rule {rule}:")
+                 and b.split("output: ")[1].split(",")[0].split("\n")[0] == output]
+        assert len(found) == 1, (rule, output, len(found))
+        line = next(line for line in found[0].splitlines() if line.strip().startswith("input:"))
+        return set(line.split(":", 1)[1].strip().split(", "))
+
+    inputs = job("train_feature_head", "resources/models/coder-head-corpus")
+    assert inputs == {"resources/feature_head/data", "resources/feature_head/corpus_data",
+                      "resources/models/coder-head", "resources/models/qwen2.5-coder-1.5b-instruct"}
+    assert "resources/feature_head/corpus_data" not in job("train_feature_head", "resources/models/coder-head")
+    assert job("feature_head_corpus_data", "resources/feature_head/corpus_data") == {
+        "resources/gguf/qwen2.5-coder-1.5b-instruct.gguf", "resources/feature_head/corpus.parquet"}
+    corpus = job("feature_head_corpus", "resources/feature_head/corpus.parquet")
+    assert {"resources/prompt_sources/writingbench.jsonl", "resources/prompt_sources/longbench_write.jsonl",
+            "resources/prompt_sources/humaneval.jsonl.gz", "resources/prompt_sources/mtbench.jsonl"} <= corpus

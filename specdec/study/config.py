@@ -104,6 +104,7 @@ def check_config_semantics(config: dict) -> None:
             if entry["set"] not in config["prompt_sources"]:
                 raise ConfigError(f"config key '{key}.{domain}.sources': prompt set {entry['set']!r} is not "
                                   f"defined under 'prompt_sources' (defined: {sorted(config['prompt_sources'])})")
+    _check_head_training(config, kinds)
     for name in (config["decoding"].get("sampled") or {}).get("drafts") or []:
         if name not in config["drafts"]:
             raise ConfigError(f"config key 'decoding.sampled.drafts': {name!r} is not a studied draft (under "
@@ -154,6 +155,34 @@ def check_config_semantics(config: dict) -> None:
     decoding = config["decoding"]
     if not decoding.get("greedy", True) and not decoding.get("sampled"):
         raise ConfigError("config key 'decoding': neither the greedy nor a sampled setting is enabled")
+
+
+HEAD_DATA_SETS = ("answers", "corpus")  # a feature head's training.data (workflow/rules/feature_head.smk)
+
+
+def _check_head_training(config: Mapping, kinds: Mapping) -> None:
+    """A feature head's training names known data sets (corpus only with feature_head.corpus) and starts, if from
+    another head, from a feature-head draft with a head of its own; the corpus reads archives of prompt sources."""
+    corpus = (config.get("feature_head") or {}).get("corpus")
+    for name, spec in kinds.items():
+        if spec.get("kind") != "feature_head":
+            continue
+        training = spec.get("training") or {}
+        for data in training.get("data") or []:
+            if data not in HEAD_DATA_SETS:
+                raise ConfigError(f"config key 'draft_kinds.{name}.training.data': {data!r} is not one of "
+                                  f"{list(HEAD_DATA_SETS)}")
+            if data == "corpus" and not corpus:
+                raise ConfigError(f"config key 'draft_kinds.{name}.training.data': corpus needs feature_head.corpus")
+        init = training.get("init")
+        if init is not None and (init == name or kinds.get(init, {}).get("kind") != "feature_head"
+                                 or "head" in kinds[init]):
+            raise ConfigError(f"config key 'draft_kinds.{name}.training.init': {init!r} is not another feature_head "
+                              "draft with a head of its own")
+    for part, spec in ((corpus or {}).get("parts") or {}).items():
+        if spec["archive_of"] not in config["prompt_sources"]:
+            raise ConfigError(f"config key 'feature_head.corpus.parts.{part}.archive_of': {spec['archive_of']!r} is "
+                              f"not under 'prompt_sources' (defined: {sorted(config['prompt_sources'])})")
 
 
 def validate_config(config: dict, schema_path: str | Path) -> None:

@@ -18,10 +18,11 @@ from __future__ import annotations
 import datetime
 import hashlib
 import json
+import math
 import shutil
 import time
 from collections import Counter
-from dataclasses import dataclass, fields
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -32,13 +33,21 @@ import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
 
 from ..decode import generate_baseline
-from ..drafts.feature_head import WEIGHTS_FILE, FeatureHead, TargetParts, untrained_head
+from ..drafts.feature_head import WEIGHTS_FILE, FeatureHead, HeadConfig, TargetParts, untrained_head
 from ..errors import DraftSpecError
 from .distill import resume_training, save_checkpoint
 from .io import atomic_directory, atomic_path, write_text
 
 FEATURES_FILE = "features.safetensors"
 SEQUENCES_FILE = "sequences.parquet"
+
+
+# The learning rate's factor after warm-up, by step (0-based), warm-up steps and all steps.
+SCHEDULES = {
+    "constant": lambda step, warmup, steps: 1.0,
+    "cosine": lambda step, warmup, steps: 0.5 * (1 + math.cos(math.pi * min(1.0, max(0, step + 1 - warmup)
+                                                                                / max(1, steps - warmup)))),
+}
 
 
 @dataclass(frozen=True)
@@ -53,6 +62,19 @@ class FeatureHeadSettings:
     vocab: int | None = 32768  # drafting vocabulary (None: every token)
     checkpoint_every: int = 100
     seed: int = 0
+    schedule: str = "constant"  # the learning rate after warm-up: constant, or cosine (down to 0 at the last step)
+    data: tuple[str, ...] = ("answers",)  # the workflow's data sets (answers, corpus: feature_head.smk)
+    init: str | None = None  # another head whose trained weights (and drafting vocabulary) training starts from
+
+    def __post_init__(self):
+        if self.schedule not in SCHEDULES:
+            raise DraftSpecError(f"training schedule {self.schedule!r}: one of {list(SCHEDULES)}")
+        object.__setattr__(self, "data", tuple(self.data))
+
+    def learning_rate_at(self, step: int) -> float:
+        """The learning rate of step `step` (0-based): linear warm-up, then the schedule."""
+        warm = min(1.0, (step + 1) / max(1, self.warmup))
+        return self.learning_rate * warm * SCHEDULES[self.schedule](step, self.warmup, self.steps)
 
 
 def settings_from_config(values: dict, key: str) -> FeatureHeadSettings:
@@ -90,8 +112,14 @@ def load_features(directory: Path, n_sequences: int) -> list[torch.Tensor]:
 def self_distilled(session, prompt_ids: Sequence[int], new_tokens: int) -> tuple[list[int], torch.Tensor]:
     """The prompt followed by the session's greedy continuation (up to new_tokens; its last token dropped, since no
     forward computed its feature), and the features of those positions, (n, hidden) fp16, as the session kept them
-    while generating (a session with keep_hidden_states: lm.CachedLM, lean.LeanLM)."""
+    while generating (a session with keep_hidden_states: lm.CachedLM, lean.LeanLM). new_tokens 0: the text as
+    given, read in one forward (head_corpus: text the target reads rather than writes)."""
     session.keep_hidden_states()
+    if new_tokens == 0:
+        session.reset()
+        session.extend([int(t) for t in prompt_ids], 1)
+        ids = [int(t) for t in prompt_ids]
+        return ids, session.hidden_states(0, len(ids)).to(torch.float16).contiguous()
     continuation = generate_baseline(session, torch.tensor([list(prompt_ids)]), new_tokens).tokens
     ids = [int(t) for t in prompt_ids] + continuation[:-1]
     return ids, session.hidden_states(0, len(ids)).to(torch.float16).contiguous()
@@ -124,9 +152,10 @@ def head_data(session, prompts: pd.DataFrame, new_tokens: int, out_dir: Path, pa
             ids, features = self_distilled(session, prompt.input_ids, new_tokens)
             tensors[f"features_{i}"] = features
             tensors[f"ids_{i}"] = torch.tensor(ids, dtype=torch.int32)
-            log(f"[{j * part_size + i + 1}/{len(prompts)}] {prompt.prompt_id}: {len(ids) - len(prompt.input_ids) + 1}"
-                f" tokens after {len(prompt.input_ids)} ({time.perf_counter() - start:.1f}s; "
-                f"{(time.perf_counter() - begin) / 60:.1f} min this run)")
+            made = (f"{len(ids) - len(prompt.input_ids) + 1} tokens after {len(prompt.input_ids)}" if new_tokens
+                    else f"{len(ids)} positions read")
+            log(f"[{j * part_size + i + 1}/{len(prompts)}] {prompt.prompt_id}: {made} "
+                f"({time.perf_counter() - start:.1f}s; {(time.perf_counter() - begin) / 60:.1f} min this run)")
         with atomic_path(part) as tmp:
             save_file(tensors, str(tmp))
     sequences, features = [], {}
@@ -135,18 +164,22 @@ def head_data(session, prompts: pd.DataFrame, new_tokens: int, out_dir: Path, pa
         for i, prompt in enumerate(prompts.iloc[j * part_size:(j + 1) * part_size].itertuples(index=False)):
             features[f"features_{len(sequences)}"] = tensors[f"features_{i}"]
             sequences.append({"prompt_id": prompt.prompt_id, "input_ids": tensors[f"ids_{i}"].tolist(),
-                              "n_prompt": len(prompt.input_ids)})
+                              "n_prompt": getattr(prompt, "n_prompt", len(prompt.input_ids))})
     with atomic_directory(out_dir) as tmp:
         pd.DataFrame(sequences).to_parquet(tmp / SEQUENCES_FILE, index=False)
         save_file(features, str(tmp / FEATURES_FILE))
     shutil.rmtree(parts_dir)
 
 
-def load_head_data(directory: Path) -> tuple[list[list[int]], list[torch.Tensor]]:
-    """(token ids, features) of every training sequence in a head_data directory."""
-    sequences = pd.read_parquet(Path(directory) / SEQUENCES_FILE)
-    ids = [list(map(int, row)) for row in sequences["input_ids"]]
-    return ids, load_features(directory, len(ids))
+def load_head_data(*directories: Path) -> tuple[list[list[int]], list[torch.Tensor]]:
+    """(token ids, features) of every training sequence in one or more head_data directories, in their order."""
+    ids, features = [], []
+    for directory in directories:
+        sequences = pd.read_parquet(Path(directory) / SEQUENCES_FILE)
+        these = [list(map(int, row)) for row in sequences["input_ids"]]
+        ids += these
+        features += load_features(directory, len(these))
+    return ids, features
 
 
 def drafting_vocabulary(sequences: Sequence[Sequence[int]], size: int | None, vocab_size: int) -> list[int]:
@@ -215,8 +248,8 @@ def train_feature_head(head: FeatureHead, parts: TargetParts, features: Sequence
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0)
-        for group in optimizer.param_groups:  # linear warm-up
-            group["lr"] = settings.learning_rate * min(1.0, (step + 1) / max(1, settings.warmup))
+        for group in optimizer.param_groups:
+            group["lr"] = settings.learning_rate_at(step)
         optimizer.step()
         curve.append({"step": step + 1, "loss": loss.item(), "feature_loss": feature_loss.item(),
                       "token_loss": token_loss.item(), "seconds": time.perf_counter() - start})
@@ -230,10 +263,18 @@ def train_feature_head(head: FeatureHead, parts: TargetParts, features: Sequence
 
 def train_head_for(target, sequences: Sequence[Sequence[int]], features: Sequence[torch.Tensor],
                    settings: FeatureHeadSettings, checkpoint_dir: Path | None = None,
-                   log: Callable[[str], None] = print) -> tuple[FeatureHead, pd.DataFrame]:
-    """A new head for a Hugging Face target (its drafting vocabulary from the sequences), trained: (head, curve)."""
-    vocab = drafting_vocabulary(sequences, settings.vocab, int(target.config.vocab_size))
-    head = untrained_head(target, vocab, seed=settings.seed)
+                   log: Callable[[str], None] = print, init: FeatureHead | None = None
+                   ) -> tuple[FeatureHead, pd.DataFrame]:
+    """A head for a Hugging Face target, trained: (head, curve). It starts new (its drafting vocabulary from the
+    sequences) or from `init`, a trained head of the same target (its vocabulary kept; settings.vocab unused)."""
+    if init is None:
+        vocab = drafting_vocabulary(sequences, settings.vocab, int(target.config.vocab_size))
+        head = untrained_head(target, vocab, seed=settings.seed)
+    else:
+        if asdict(init.config) != asdict(HeadConfig.of_target(target.config)):
+            raise DraftSpecError(f"the head to start from was made for another target: {init.config} against "
+                                 f"{HeadConfig.of_target(target.config)}")
+        head = init.to(next(target.parameters()).dtype)
     curve = train_feature_head(head, TargetParts(target), features, sequences, settings, checkpoint_dir, log)
     return head, curve
 

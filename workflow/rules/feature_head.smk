@@ -19,6 +19,31 @@ def feature_head_training(wildcards):
     return {**spec.get("training", {}), **({"vocab": spec["vocab"]} if "vocab" in spec else {})}
 
 
+# Where each `training.data` name of a head lives: the target's answers, the text it reads (feature_head.corpus).
+HEAD_CORPUS = (config.get("feature_head") or {}).get("corpus")
+HEAD_DATA_DIRS = {"answers": "resources/feature_head/data", "corpus": "resources/feature_head/corpus_data"}
+
+
+def head_training_inputs(wildcards):
+    """A head's inputs: the target, the data its `training.data` names (default: the answers) and, where its
+    training starts from another head (`training.init`), that head's directory."""
+    settings = feature_head_training(wildcards)  # its data names and init are checked with the config
+    init = settings.get("init")
+    return {"target": model_dir(config["target"]),
+            "data": [HEAD_DATA_DIRS[n] for n in settings.get("data", ["answers"])],
+            **({"init": model_dir(init)} if init else {})}
+
+
+def head_corpus_inputs(wildcards):
+    """The corpus's archives (through their prompt-source sets, which fetch and check them), the evaluation's
+    prompt sources (no chunk may share a line with them) and the tokenizer."""
+    sets = {spec["archive_of"] for spec in HEAD_CORPUS["parts"].values()}
+    archives = {s: f"resources/prompt_sources/{source_file_name(s, config['prompt_sources'][s])}" for s in sets}
+    return {"archives": list(archives.values()), "evaluation": list(prompt_source_files(config["domains"]).values()),
+            "tokenizer": ancient(gguf_tokenizer_dir(config["target"]) if HEAD_ENGINE == "gguf"
+                                 else model_dir(config["target"]))}
+
+
 def feature_head_data_inputs(wildcards):
     """The target as the data stage runs it: its GGUF file (engine gguf), or its prepared model and kernel tables."""
     if HEAD_ENGINE == "gguf":
@@ -85,10 +110,51 @@ rule feature_head_data:
         "../scripts/feature_head_data.py"
 
 
+rule feature_head_corpus:
+    input:
+        unpack(head_corpus_inputs),
+    output:
+        "resources/feature_head/corpus.parquet",
+    params:
+        corpus=HEAD_CORPUS,
+        prompt_sources=config["prompt_sources"],
+        evaluation_sources=prompt_sources_of(config["domains"]),
+        download_dir="resources/prompt_sources/archives",
+    conda:
+        SPECDEC_ENV
+    log:
+        "logs/feature_head/corpus.log",
+    script:
+        "../scripts/make_head_corpus.py"
+
+
+rule feature_head_corpus_data:
+    input:
+        unpack(feature_head_data_inputs),
+        prompts="resources/feature_head/corpus.parquet",
+    output:
+        directory("resources/feature_head/corpus_data"),
+    params:
+        engine=HEAD_ENGINE,
+        new_tokens=0,  # read, not generated
+        runtime=head_data_runtime(),
+        parts="resources/feature_head/corpus_parts",
+    threads: THREADS
+    resources:
+        mem_mb=8000,
+    conda:
+        SPECDEC_ENV
+    log:
+        "logs/feature_head/corpus_data.log",
+    benchmark:
+        "benchmarks/feature_head/corpus_data.tsv"
+    script:
+        "../scripts/feature_head_data.py"
+
+
 rule train_feature_head:
     input:
-        target=model_dir(config["target"]),
-        data="resources/feature_head/data",
+        unpack(head_training_inputs),
     output:
         model=directory("resources/models/{head}"),
         loss="results/feature_head/{head}/loss.csv",

@@ -15,6 +15,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import torch  # noqa: E402
 
+from specdec.drafts.feature_head import WEIGHTS_FILE, FeatureHead  # noqa: E402
 from specdec.loading import load_model  # noqa: E402
 from specdec.study.feature_head import (  # noqa: E402
     load_head_data,
@@ -23,6 +24,7 @@ from specdec.study.feature_head import (  # noqa: E402
     train_head_for,
 )
 from specdec.study.io import atomic_directory, write_csv, write_figure  # noqa: E402
+from specdec.study.wheels import sha256_file  # noqa: E402
 from specdec.study.logs import log_to  # noqa: E402
 
 log = logging.getLogger("train_feature_head")
@@ -33,11 +35,16 @@ def main(snakemake):
         torch.set_num_threads(int(snakemake.config["runtime"]["threads"]))
         settings = settings_from_config(snakemake.params.settings, f"draft_kinds.{snakemake.wildcards.head}")
         target, _ = load_model(snakemake.input.target, dtype="float32")
-        ids, features = load_head_data(Path(snakemake.input.data))
-        log.info("training feature head %s on %d sequences (%d positions): %s", snakemake.wildcards.head, len(ids),
-                 sum(map(len, ids)), settings)
+        data = [Path(d) for d in snakemake.input.data]
+        ids, features = load_head_data(*data)
+        log.info("training feature head %s on %d sequences (%d positions) from %s: %s", snakemake.wildcards.head,
+                 len(ids), sum(map(len, ids)), ", ".join(map(str, data)), settings)
+        init = FeatureHead.load(snakemake.input.init) if settings.init else None
+        if init is not None:
+            log.info("starting from the trained head %s (%d-token drafting vocabulary)", snakemake.input.init,
+                     len(init.draft_vocab))
         head, curve = train_head_for(target, ids, features, settings, Path(snakemake.params.checkpoints),
-                                     log=log.info)
+                                     log=log.info, init=init)
         write_csv(curve, snakemake.output.loss)
         fig, ax = plt.subplots(figsize=(6, 3.5))
         ax.plot(curve["step"], curve["loss"], marker=".", linewidth=1, label="total")
@@ -51,6 +58,8 @@ def main(snakemake):
         with atomic_directory(snakemake.output.model) as tmp:
             save_trained_head(head, tmp, snakemake.wildcards.head, {
                 "training": snakemake.params.settings, "training_sequences": len(ids),
+                "training_positions": sum(map(len, ids)),
+                **({"init_sha256": sha256_file(Path(snakemake.input.init) / WEIGHTS_FILE)} if init is not None else {}),
                 "first_loss": float(curve["loss"].iloc[0]), "final_loss": float(curve["loss"].iloc[-1])})
 
 
