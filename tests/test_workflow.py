@@ -711,3 +711,27 @@ def test_interrupted_runs_resume_without_loss(tmp_path):
     for draft in drafts:  # each interrupted, resumed draft decodes as the uninterrupted lookup did
         rows = resumed[resumed["draft"] == draft].assign(draft="lookup").reset_index(drop=True)
         pd.testing.assert_frame_equal(rows, reference)
+
+
+def documented_layers() -> list[tuple[str, list[str]]]:
+    """(layer, the config files its comments' first `snakemake ... --configfile A B ...` stacks over config.yaml)."""
+    out = []
+    for layer in sorted((REPO / "config").glob("*.yaml")):
+        text = " ".join(line.lstrip("#").strip().rstrip("\\") for line in layer.read_text().splitlines()
+                        if line.startswith("#"))
+        command = re.search(r"--configfile((?: config/[\w.-]+\.yaml)+)", text)
+        out.append((layer.name, command.group(1).split() if command else [f"config/{layer.name}"]))
+    return out
+
+
+@pytest.mark.parametrize("layer, files", documented_layers(), ids=[name for name, _ in documented_layers()])
+def test_every_config_layer_is_valid_as_its_own_command_stacks_it(layer, files):
+    """A layer's command, as its header gives it, makes a valid config (a layer that sweeps other drafts must also
+    say which the reproduce check and the others read): what Snakemake's start-up checks before any job."""
+    from snakemake.utils import update_config
+
+    assert f"config/{layer}" in files, f"config/{layer}'s command does not stack config/{layer}"
+    config = yaml.safe_load((REPO / "config.yaml").read_text())
+    for name in files:
+        update_config(config, yaml.safe_load((REPO / name).read_text()) or {})
+    validate_config(config, SCHEMA)
