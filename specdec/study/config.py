@@ -104,7 +104,7 @@ def check_config_semantics(config: dict) -> None:
             if entry["set"] not in config["prompt_sources"]:
                 raise ConfigError(f"config key '{key}.{domain}.sources': prompt set {entry['set']!r} is not "
                                   f"defined under 'prompt_sources' (defined: {sorted(config['prompt_sources'])})")
-    _check_head_training(config, kinds)
+    _check_head_training(config, kinds)  # after the kinds' own checks: every draft_kinds entry names a known kind
     for name in (config["decoding"].get("sampled") or {}).get("drafts") or []:
         if name not in config["drafts"]:
             raise ConfigError(f"config key 'decoding.sampled.drafts': {name!r} is not a studied draft (under "
@@ -164,8 +164,13 @@ def _check_head_training(config: Mapping, kinds: Mapping) -> None:
     """A feature head's training names known data sets (corpus only with feature_head.corpus) and starts, if from
     another head, from a feature-head draft with a head of its own; the corpus reads archives of prompt sources."""
     corpus = (config.get("feature_head") or {}).get("corpus")
+
+    def trains_a_head(name):  # the registry says which kinds the head-training stage makes
+        kind = get_kind(kinds[name]["kind"])
+        return kind.made_by == "train_feature_head" and kind.makes_own_model(kinds[name])
+
     for name, spec in kinds.items():
-        if spec.get("kind") != "feature_head":
+        if not trains_a_head(name):
             continue
         training = spec.get("training") or {}
         for data in training.get("data") or []:
@@ -175,8 +180,7 @@ def _check_head_training(config: Mapping, kinds: Mapping) -> None:
             if data == "corpus" and not corpus:
                 raise ConfigError(f"config key 'draft_kinds.{name}.training.data': corpus needs feature_head.corpus")
         init = training.get("init")
-        if init is not None and (init == name or kinds.get(init, {}).get("kind") != "feature_head"
-                                 or "head" in kinds[init]):
+        if init is not None and (init == name or init not in kinds or not trains_a_head(init)):
             raise ConfigError(f"config key 'draft_kinds.{name}.training.init': {init!r} is not another feature_head "
                               "draft with a head of its own")
     for part, spec in ((corpus or {}).get("parts") or {}).items():
