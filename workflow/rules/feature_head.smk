@@ -14,9 +14,13 @@ wildcard_constraints:
 
 
 def feature_head_training(wildcards):
-    """The head's settings: its draft's `training` and `vocab` fields over the defaults (FeatureHeadSettings)."""
+    """The head's settings: its draft's `training` and `vocab` fields over the defaults (FeatureHeadSettings). A head
+    trained from another (`training.init`) keeps that head's drafting vocabulary: its `vocab` only prices it (the
+    training job checks that the two agree)."""
     spec = config["draft_kinds"][wildcards.head]
-    return {**spec.get("training", {}), **({"vocab": spec["vocab"]} if "vocab" in spec else {})}
+    training = spec.get("training", {})
+    own_vocab = "vocab" in spec and not training.get("init")
+    return {**training, **({"vocab": spec["vocab"]} if own_vocab else {})}
 
 
 # Where each `training.data` name of a head lives: the target's answers, the text it reads (feature_head.corpus).

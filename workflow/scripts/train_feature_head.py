@@ -40,6 +40,10 @@ def main(snakemake):
         log.info("training feature head %s on %d sequences (%d positions) from %s: %s", snakemake.wildcards.head,
                  len(ids), sum(map(len, ids)), ", ".join(map(str, data)), settings)
         init = FeatureHead.load(snakemake.input.init) if settings.init else None
+        priced = snakemake.config["draft_kinds"][snakemake.wildcards.head].get("vocab")
+        if init is not None and priced is not None and priced != len(init.draft_vocab):
+            raise ValueError(f"config key 'draft_kinds.{snakemake.wildcards.head}.vocab': {priced}, but the head it "
+                             f"starts from ({snakemake.input.init}) drafts from {len(init.draft_vocab)} tokens")
         if init is not None:
             log.info("starting from the trained head %s (%d-token drafting vocabulary)", snakemake.input.init,
                      len(init.draft_vocab))
