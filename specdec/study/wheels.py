@@ -166,3 +166,12 @@ def record_hashes(zf: zipfile.ZipFile) -> dict[str, tuple[str, int]]:
 def record_digest(data_hash: "hashlib._Hash") -> str:
     """A sha256 in RECORD's notation (urlsafe base64, no padding)."""
     return base64.urlsafe_b64encode(data_hash.digest()).rstrip(b"=").decode()
+
+
+def checked_member(zf: zipfile.ZipFile, name: str, record: dict[str, tuple[str, int]], archive_name: str) -> bytes:
+    """A member's bytes, checked against its hash in `record` (record_hashes of a wheel; {}: nothing to check)."""
+    data = zf.read(name)
+    expected = record.get(name)
+    if expected and record_digest(hashlib.sha256(data)) != expected[0]:
+        raise ValueError(f"{archive_name}:{name} does not match the hash in the wheel's RECORD")
+    return data

