@@ -29,6 +29,8 @@ from specdec.study.feature_head import (
     target_features,
     train_feature_head,
     train_head_for,
+    unrolled_mask,
+    unrolled_predictions,
 )
 from specdec.study.stats import chi_square_gof
 from specdec.testing import tiny_qwen2
@@ -352,6 +354,58 @@ def test_head_losses_are_zero_only_for_a_perfect_prediction(target):
     feature_loss, token_loss = head_losses(head, TargetParts(target), features, ids)
     assert feature_loss > 0 and token_loss > 0
     assert HeadCache().length == 0
+
+
+def test_unrolled_training_sees_what_drafting_sees_depth_by_depth():
+    """Depth d of the unrolled forward, at row r, is drafting's d-th step of a block that started at row r - d: the
+    same predicted feature as a cache fed true features up to r - d, then the head's own predictions (to 1e-5)."""
+    target = tiny_qwen2(vocab_size=64, num_layers=2, seed=0, dtype=torch.float32)
+    parts, head = TargetParts(target), untrained_head(target, seed=4).float()
+    torch.manual_seed(0)
+    for p in head.parameters():  # far from the initialisation's near-identity, so that every depth differs
+        p.data.add_(0.2 * torch.randn_like(p))
+    ids = torch.tensor([3, 9, 4, 1, 8, 30, 2, 17, 5, 11])
+    features = full_features(target, ids.tolist())
+    embeddings, positions = parts.embed(ids[1:]), torch.arange(1, len(ids))
+    with torch.no_grad():
+        depths = unrolled_predictions(head, parts, features[:-1], embeddings, positions, 4)
+        for start in range(len(positions) - 3):
+            cache = HeadCache()
+            out = head(features[None, :start + 1], embeddings[None, :start + 1], positions[:start + 1], cache)
+            predicted = parts.norm(out[0, -1])
+            torch.testing.assert_close(depths[0][start], predicted, rtol=0, atol=1e-5)
+            for d in range(1, 4):
+                row = start + d
+                out = head(predicted[None, None], embeddings[None, row:row + 1], positions[row:row + 1], cache)
+                predicted = parts.norm(out[0, -1])
+                torch.testing.assert_close(depths[d][row], predicted, rtol=0, atol=1e-5, msg=f"depth {d} row {row}")
+                assert (depths[d][row] - depths[0][row]).abs().max() > 1e-3  # a depth of its own, not depth 0's
+    assert unrolled_mask(4, 0).equal(torch.ones(4, 4, dtype=torch.bool).tril())
+    assert unrolled_mask(4, 2)[3].tolist() == [1, 1, 0, 0] + [0, 0, 1, 0] + [0, 0, 0, 1]
+
+
+def test_unrolled_losses_start_with_teacher_forcing_and_unroll_is_checked(target):
+    ids = torch.tensor([3, 9, 4, 1, 8, 30, 2, 17])
+    features = full_features(target, ids.tolist())
+    head, parts = untrained_head(target, seed=1), TargetParts(target)
+    one = head_losses(head, parts, features, ids)
+    # depth 0 alone is teacher forcing: the head's own causal forward scored against the next features
+    rows = parts.head_rows(head.draft_vocab)
+    with torch.no_grad():
+        predicted = parts.norm(head(features[None, :-1], parts.embed(ids[1:])[None], torch.arange(1, len(ids)))[0])
+    assert torch.equal(one[0], torch.nn.functional.smooth_l1_loss(predicted, features[1:]))
+    three = head_losses(head, parts, features, ids, depths=3, decay=0.5)
+    assert all(a != b for a, b in zip(one, three))
+    assert torch.equal(head_losses(head, parts, features, ids, depths=3, decay=0.5)[1], three[1])
+    for bad, message in [({"unroll": 0}, "training unroll 0: a whole number"),
+                         ({"unroll": 2.5}, "training unroll 2.5"),
+                         ({"unroll_decay": 0}, "training unroll_decay 0: a weight in")]:
+        with pytest.raises(DraftSpecError, match=message):
+            FeatureHeadSettings(**bad)
+    settings = FeatureHeadSettings(steps=2, batch_size=2, unroll=3, vocab=None)
+    curve = train_feature_head(untrained_head(target, seed=2), parts, [features], [ids.tolist()], settings,
+                               log=lambda _: None)
+    assert len(curve) == 2 and curve["loss"].notna().all()
 
 
 def test_a_head_behind_prompt_lookup_keeps_greedy_identity_and_both_draft(target):

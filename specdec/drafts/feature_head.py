@@ -140,14 +140,8 @@ class FeatureHead(nn.Module):
         """features, embeddings: (batch, T, hidden) at positions (T,) (absolute; the rotary angle). With a cache
         (batch 1), the T positions follow its own and are appended to it; without one, attention is causal within
         the T positions. Returns (batch, T, hidden)."""
-        c = self.config
-        batch, rows, _ = features.shape
-        hidden = self.fc(torch.cat([features, embeddings], dim=-1))
-        x = self.attn_norm(hidden)
-        cos, sin = _rotary(positions, self._inv_freq, x.dtype)
-        q = _rotate(self.q_proj(x).view(batch, rows, c.heads, c.head_dim).transpose(1, 2), cos, sin)
-        k = _rotate(self.k_proj(x).view(batch, rows, c.kv_heads, c.head_dim).transpose(1, 2), cos, sin)
-        v = self.v_proj(x).view(batch, rows, c.kv_heads, c.head_dim).transpose(1, 2)
+        hidden, q, k, v = self.attention_inputs(features, embeddings, positions)
+        batch, rows = features.shape[:2]
         if cache is not None:
             if batch != 1:
                 raise ValueError(f"a head cache holds one sequence; got a batch of {batch}")
@@ -157,6 +151,27 @@ class FeatureHead(nn.Module):
         length = k.shape[2]
         # one query row sees every key; several: causal among themselves, after the cached ones
         mask = None if rows == 1 else torch.ones(rows, length, dtype=torch.bool).tril(length - rows)
+        return self.after_attention(hidden, q, k, v, mask)
+
+    def attention_inputs(self, features: torch.Tensor, embeddings: torch.Tensor, positions: torch.Tensor):
+        """(hidden, q, k, v) of T new positions: the folded input (batch, T, hidden) and the rotated queries and keys
+        and the values, (batch, heads or kv_heads, T, head_dim). Training unrolls drafting with its own masks."""
+        c = self.config
+        batch, rows, _ = features.shape
+        hidden = self.fc(torch.cat([features, embeddings], dim=-1))
+        x = self.attn_norm(hidden)
+        cos, sin = _rotary(positions, self._inv_freq, x.dtype)
+        q = _rotate(self.q_proj(x).view(batch, rows, c.heads, c.head_dim).transpose(1, 2), cos, sin)
+        k = _rotate(self.k_proj(x).view(batch, rows, c.kv_heads, c.head_dim).transpose(1, 2), cos, sin)
+        v = self.v_proj(x).view(batch, rows, c.kv_heads, c.head_dim).transpose(1, 2)
+        return hidden, q, k, v
+
+    def after_attention(self, hidden: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                        mask: torch.Tensor | None) -> torch.Tensor:
+        """The layer's output (batch, T, hidden) from attention_inputs' tensors, keys and values over every position
+        the T queries may see (mask: (T, keys) booleans, True where one may)."""
+        c = self.config
+        batch, rows = hidden.shape[:2]
         out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)
         hidden = hidden + self.o_proj(out.transpose(1, 2).reshape(batch, rows, c.heads * c.head_dim))
         x = self.ffn_norm(hidden)

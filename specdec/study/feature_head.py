@@ -65,10 +65,16 @@ class FeatureHeadSettings:
     schedule: str = "constant"  # the learning rate after warm-up: constant, or cosine (down to 0 at the last step)
     data: tuple[str, ...] = ("answers",)  # the workflow's data sets (answers, corpus: feature_head.smk)
     init: str | None = None  # another head whose trained weights (and drafting vocabulary) training starts from
+    unroll: int = 1  # depths trained: 1 teacher forcing only; d > 1 also drafts d - 1 steps on its own predictions
+    unroll_decay: float = 0.8  # depth d's loss weighs decay**d (EAGLE-3's training script: 0.8)
 
     def __post_init__(self):
         if self.schedule not in SCHEDULES:
             raise DraftSpecError(f"training schedule {self.schedule!r}: one of {list(SCHEDULES)}")
+        if not isinstance(self.unroll, int) or isinstance(self.unroll, bool) or self.unroll < 1:
+            raise DraftSpecError(f"training unroll {self.unroll!r}: a whole number of depths, at least 1")
+        if not 0 < self.unroll_decay <= 1:
+            raise DraftSpecError(f"training unroll_decay {self.unroll_decay!r}: a weight in (0, 1]")
         object.__setattr__(self, "data", tuple(self.data))
 
     def learning_rate_at(self, step: int) -> float:
@@ -193,10 +199,41 @@ def drafting_vocabulary(sequences: Sequence[Sequence[int]], size: int | None, vo
     return sorted(ranked + [next(unseen) for _ in range(size - len(ranked))])
 
 
+def unrolled_mask(rows: int, depth: int) -> torch.Tensor:
+    """(rows, (depth + 1) x rows) booleans: the keys a query `depth` steps into a drafting block sees, over the keys
+    of depths 0..depth side by side (rows each). Row r at depth d is the block's d-th drafted position, the block
+    started at row r - d with a target feature: it sees depth 0's keys up to r - d (positions fed true features) and,
+    of each depth j = 1..d, only row r - d + j (the block's own drafted positions). Depth 0: causal."""
+    row, key = torch.arange(rows)[:, None], torch.arange(rows)[None, :]
+    return torch.cat([key <= row - depth] + [key == row - depth + j for j in range(1, depth + 1)], dim=1)
+
+
+def unrolled_predictions(head: FeatureHead, parts, inputs: torch.Tensor, embeddings: torch.Tensor,
+                         positions: torch.Tensor, depths: int) -> list[torch.Tensor]:
+    """The head's predicted features (after the target's norm), (rows, hidden) for each depth 0..depths-1, of one
+    sequence: depth 0 reads `inputs` (features of the previous positions); depth d reads depth d-1's prediction of
+    the previous row (row 0 keeps its input) and attends as drafting does d steps into a block (unrolled_mask).
+    Rows r < d of depth d have no such block and are not meant to be scored."""
+    predictions, keys, values = [], [], []
+    for depth in range(depths):
+        if depth:
+            inputs = torch.cat([inputs[:1], predictions[-1][:-1]])
+        hidden, q, k, v = head.attention_inputs(inputs[None], embeddings[None], positions)
+        keys.append(k)
+        values.append(v)
+        out = head.after_attention(hidden, q, torch.cat(keys, dim=2), torch.cat(values, dim=2),
+                                   unrolled_mask(len(positions), depth))
+        predictions.append(parts.norm(out[0]))
+    return predictions
+
+
 def head_losses(head: FeatureHead, parts: TargetParts, features: torch.Tensor, ids: torch.Tensor,
-                noise: float = 0.0, generator: torch.Generator | None = None, rows: torch.Tensor | None = None
-                ) -> tuple[torch.Tensor, torch.Tensor]:
-    """(feature loss, token loss), means over positions 1..n-1 of one sequence: features (n, hidden), ids (n,).
+                noise: float = 0.0, generator: torch.Generator | None = None, rows: torch.Tensor | None = None,
+                depths: int = 1, decay: float = 0.8) -> tuple[torch.Tensor, torch.Tensor]:
+    """(feature loss, token loss) of one sequence: features (n, hidden), ids (n,). Depth 0 (teacher forcing): the
+    means over positions 1..n-1. With depths > 1 (training-time drafting, as EAGLE-3's "training-time test"): the
+    head also drafts d = 1..depths-1 steps on its own predicted features (unrolled_predictions), each depth scored
+    on the positions it predicts, the depths' losses averaged with weights decay**d.
     rows: the LM head's rows of the head's drafting vocabulary (parts.head_rows; a training loop gathers them once)."""
     if rows is None:
         rows = parts.head_rows(head.draft_vocab)
@@ -209,13 +246,19 @@ def head_losses(head: FeatureHead, parts: TargetParts, features: torch.Tensor, i
     positions = torch.arange(1, len(ids))
     with torch.no_grad():
         embeddings = parts.embed(ids[1:]).to(dtype)
-    out = head(inputs[None], embeddings[None], positions)[0]
-    predicted = parts.norm(out)
-    feature_loss = F.smooth_l1_loss(predicted, features[1:])
-    with torch.no_grad():
         target_probs = torch.softmax(F.linear(features[1:], rows).float(), dim=-1)
-    token_loss = -(target_probs * torch.log_softmax(F.linear(predicted, rows).float(), -1)).sum(-1).mean()
-    return feature_loss, token_loss
+    feature_losses, token_losses, weights = [], [], []
+    for depth, predicted in enumerate(unrolled_predictions(head, parts, inputs, embeddings, positions, depths)):
+        if depth >= len(predicted):
+            break
+        predicted = predicted[depth:]
+        feature_losses.append(F.smooth_l1_loss(predicted, features[1 + depth:]))
+        token_losses.append(-(target_probs[depth:] * torch.log_softmax(F.linear(predicted, rows).float(), -1))
+                            .sum(-1).mean())
+        weights.append(decay ** depth)
+    weights = torch.tensor(weights) / sum(weights)
+    return (torch.stack(feature_losses) * weights.to(feature_losses[0].dtype)).sum(), \
+        (torch.stack(token_losses) * weights).sum()
 
 
 def train_feature_head(head: FeatureHead, parts: TargetParts, features: Sequence[torch.Tensor],
@@ -241,7 +284,7 @@ def train_feature_head(head: FeatureHead, parts: TargetParts, features: Sequence
         for i in rng.choice(len(sequences), size=settings.batch_size):
             ids = torch.as_tensor(list(sequences[i]))[-settings.max_length:]
             losses.append(head_losses(head, parts, features[i][-settings.max_length:], ids, settings.noise, noise,
-                                      rows))
+                                      rows, settings.unroll, settings.unroll_decay))
         feature_loss = torch.stack([f for f, _ in losses]).mean()
         token_loss = torch.stack([t for _, t in losses]).mean()
         loss = feature_loss + settings.token_weight * token_loss
