@@ -22,6 +22,7 @@ from specdec.study.distribution import exact_first_tokens
 from specdec.study.feature_head import (
     FeatureHeadSettings,
     drafting_vocabulary,
+    greedy_blocks,
     head_data,
     head_losses,
     load_head_data,
@@ -330,6 +331,25 @@ def test_training_on_the_targets_answers_raises_acceptance(target):
     assert after > before + 0.2
 
 
+def test_offline_greedy_blocks_accept_what_greedy_decoding_accepts():
+    """greedy_blocks' row s is the block decoding runs after the prompt ids[:s + 1] (whose prefill emits ids[s + 1]):
+    its leading trues are that block's accepted drafts, for every s past the random 4-token prompt."""
+    target = tiny_qwen2(vocab_size=64, num_layers=2, seed=0, dtype=torch.float32)
+    sequences = _self_distilled(target, 8, 24, seed=7)
+    features = [target_features(target, [ids], log=lambda _: None)["features_0"] for ids in sequences]
+    head = untrained_head(target, drafting_vocabulary(sequences, 48, 64), seed=0).float()
+    train_feature_head(head, TargetParts(target), features, sequences,
+                       FeatureHeadSettings(steps=60, batch_size=4, learning_rate=3e-3, warmup=10), log=lambda _: None)
+    ids, k = sequences[0], 3
+    blocks = greedy_blocks(head, TargetParts(target), full_features(target, ids), torch.tensor(ids), k)
+    assert blocks.shape == (len(ids) - k - 1, k) and 0 < blocks.float().mean() < 1  # both outcomes occur
+    leading = blocks.int().cumprod(1).sum(1)
+    for s in range(3, len(blocks)):
+        result = generate_speculative(target, FeatureHeadDraft(head, target), torch.tensor([ids[:s + 1]]), k, k + 2)
+        assert result.tokens[0] == ids[s + 1]
+        assert result.steps[1].accepted == leading[s], f"block after position {s + 1}"
+
+
 def test_an_interrupted_training_resumes_to_the_same_weights(target, tmp_path):
     sequences = _self_distilled(target, 3, 6, seed=1)
     features = [target_features(target, [ids], log=lambda _: None)["features_0"] for ids in sequences]
@@ -498,3 +518,13 @@ def test_a_q8_0_drafting_copy_runs_the_quantized_product_keeps_identity_and_leav
     assert all(torch.equal(head.state_dict()[name], tensor) for name, tensor in before.items())
     with pytest.raises(ValueError, match="a torch dtype or 'q8_0', got 'q4_k'"):
         FeatureHeadDraft(head, target32, dtype="q4_k")
+
+
+def test_the_agreement_table_counts_blocks_by_draft_position():
+    from specdec.study.head_agreement import agreement_rows
+
+    blocks = torch.tensor([[1, 1, 0], [1, 0, 1], [0, 1, 1], [1, 1, 1]], dtype=torch.bool)
+    rows = agreement_rows("h", "code", [blocks[:2], blocks[2:]])
+    assert [(r["position"], r["reached"], r["accepted"]) for r in rows] == [(1, 4, 3), (2, 3, 2), (3, 2, 1)]
+    assert [r["tokens_per_pass"] for r in rows] == [1.75, 2.25, 2.5]  # 1 + accepted drafts a block, k = position
+    assert rows[1]["rate"] == pytest.approx(2 / 3) and {r["prompts"] for r in rows} == {2}

@@ -423,6 +423,12 @@ def test_adding_a_draft_to_the_sweep_schedules_one_job_per_domain(tiny_study):
         (lambda c: c.update(feature_head={"corpus": {"parts": {"p": {
             "archive_of": "nope", "file_glob": "*.py", "instruction": "{path}", "sequences": 1}}}}),
          "config key 'feature_head.corpus.parts.p.archive_of': 'nope' is not under 'prompt_sources'"),
+        (lambda c: c.update(draft_kinds={"h": {"kind": "feature_head"}, "hq": {"kind": "feature_head", "head": "h"}},
+                            head_agreement={"heads": ["h", "hq"]}),
+         "config key 'head_agreement.heads': 'hq' is not a feature_head draft with a head of its own"),
+        (lambda c: c.update(draft_kinds={"h": {"kind": "feature_head"}},
+                            head_agreement={"heads": ["h"], "domains": ["poetry"]}),
+         "config key 'head_agreement.domains': 'poetry' is not under 'domains'"),
     ],
     ids=["misspelled key", "k < 1", "wrong type", "temperature < 0", "top-p > 1", "unknown draft",
          "truncated draft without layers", "unknown draft kind", "unknown prompt set", "unknown source",
@@ -431,7 +437,7 @@ def test_adding_a_draft_to_the_sweep_schedules_one_job_per_domain(tiny_study):
          "per-draft override of a draft not swept", "unknown sweep domain", "unknown decoding domain",
          "unknown training prompt set", "unknown head training prompt set", "head shared from a non-head",
          "unknown head data", "head corpus without a corpus", "head started from a non-head",
-         "corpus of an unknown archive"],
+         "corpus of an unknown archive", "agreement of a head without its own", "agreement on an unknown domain"],
 )
 def test_invalid_config_is_refused_naming_the_key(tmp_path, mutate, message):
     config = build_tiny_study(tmp_path)

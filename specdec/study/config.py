@@ -183,6 +183,14 @@ def _check_head_training(config: Mapping, kinds: Mapping) -> None:
         if init is not None and (init == name or init not in kinds or not trains_a_head(init)):
             raise ConfigError(f"config key 'draft_kinds.{name}.training.init': {init!r} is not another feature_head "
                               "draft with a head of its own")
+    agreement = config.get("head_agreement") or {}
+    for name in agreement.get("heads") or []:
+        if name not in kinds or not trains_a_head(name):
+            raise ConfigError(f"config key 'head_agreement.heads': {name!r} is not a feature_head draft with a head "
+                              "of its own")
+    for domain in agreement.get("domains") or []:
+        if domain not in config["domains"]:
+            raise ConfigError(f"config key 'head_agreement.domains': {domain!r} is not under 'domains'")
     for part, spec in ((corpus or {}).get("parts") or {}).items():
         if spec["archive_of"] not in config["prompt_sources"]:
             raise ConfigError(f"config key 'feature_head.corpus.parts.{part}.archive_of': {spec['archive_of']!r} is "

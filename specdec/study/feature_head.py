@@ -261,6 +261,22 @@ def head_losses(head: FeatureHead, parts: TargetParts, features: torch.Tensor, i
         (torch.stack(token_losses) * weights).sum()
 
 
+@torch.no_grad()
+def greedy_blocks(head: FeatureHead, parts, features: torch.Tensor, ids: torch.Tensor, k: int) -> torch.Tensor:
+    """Greedy drafting of k tokens from every position of one sequence, offline: (len(ids) - k - 1, k) booleans,
+    row s true at j where the head's j-th draft of the block after position s + 1 (context ids[:s + 2]) is
+    ids[s + 2 + j] (unrolled_predictions: the head drafting on its own features, fed the sequence's tokens). Where
+    the sequence is the target's greedy text, a block accepts its leading trues, as greedy decoding would.
+    features: the target's at every position; parts: its embeddings and norm and LM head rows (either engine's)."""
+    rows = parts.head_rows(head.draft_vocab).to(head.fc.weight.dtype)
+    features = features.to(head.fc.weight.dtype)
+    depths = unrolled_predictions(head, parts, features[:-1], parts.embed(ids[1:]).to(features.dtype),
+                                  torch.arange(1, len(ids)), k)
+    blocks = len(ids) - k - 1
+    return torch.stack([head.draft_vocab[F.linear(depths[j][j:j + blocks], rows).argmax(-1)] == ids[2 + j:2 + j + blocks]
+                        for j in range(k)], dim=1)
+
+
 def train_feature_head(head: FeatureHead, parts: TargetParts, features: Sequence[torch.Tensor],
                        sequences: Sequence[Sequence[int]], settings: FeatureHeadSettings,
                        checkpoint_dir: Path | None = None, log: Callable[[str], None] = print) -> pd.DataFrame:

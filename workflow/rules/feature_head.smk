@@ -182,3 +182,41 @@ rule train_feature_head:
 rule train_feature_heads:
     input:
         [model_dir(head) for head in FEATURE_HEADS],
+
+
+# head_agreement (`snakemake --cores 2 head_agreement` with a layer naming the heads, e.g. config/feature-head-ttt.yaml):
+# the heads' greedy drafts checked offline, by draft position, on the target's greedy answers to the evaluation
+# prompts, on its GGUF file (specdec/study/head_agreement.py). No timing: it may share the cores.
+HEAD_AGREEMENT = config.get("head_agreement") or None
+
+if HEAD_AGREEMENT:
+
+    rule head_agreement_table:
+        input:
+            target=gguf_file(config["target"]),
+            heads=[model_dir(h) for h in HEAD_AGREEMENT["heads"]],
+            prompts=[f"{R}/prompts/{d}.parquet" for d in HEAD_AGREEMENT.get("domains") or config["domains"]],
+        output:
+            csv=f"{R}/tables/head_agreement.csv",
+            md=f"{R}/tables/head_agreement.md",
+        params:
+            heads=HEAD_AGREEMENT["heads"],
+            prompts_per_domain=HEAD_AGREEMENT.get("prompts_per_domain", 5),
+            new_tokens=HEAD_AGREEMENT.get("new_tokens", 128),
+            k=HEAD_AGREEMENT.get("k", 5),
+            runtime={**RUNTIME, "weights": "gguf", "dtype": "float32"},
+        threads: THREADS
+        resources:
+            mem_mb=8000,
+        conda:
+            SPECDEC_ENV
+        log:
+            f"{LOG}/head_agreement.log",
+        benchmark:
+            f"{BENCH}/head_agreement.tsv"
+        script:
+            "../scripts/head_agreement.py"
+
+    rule head_agreement:
+        input:
+            rules.head_agreement_table.output.csv,
