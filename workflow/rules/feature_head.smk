@@ -184,7 +184,8 @@ rule train_feature_heads:
         [model_dir(head) for head in FEATURE_HEADS],
 
 
-# head_agreement (`snakemake --cores 2 head_agreement` with a layer naming the heads, e.g. config/feature-head-ttt.yaml):
+# head_agreement (`snakemake --cores 2 --configfile LAYER -- head_agreement`, a layer naming the heads, e.g.
+# config/feature-head-ttt.yaml):
 # the heads' greedy drafts checked offline, by draft position, on the target's greedy answers to the evaluation
 # prompts, on its GGUF file (specdec/study/head_agreement.py). No timing: it may share the cores.
 HEAD_AGREEMENT = config.get("head_agreement") or None
