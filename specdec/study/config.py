@@ -127,7 +127,8 @@ def check_config_semantics(config: dict) -> None:
             raise ConfigError(f"config key 'peers.drafts': {name!r} is not a draft (under 'models' or 'draft_kinds') "
                               "that Hugging Face's assisted generation can run (a plain model draft)")
     for key, domains in (("peers.domains", peers.get("domains")),
-                         ("decoding.domains", config["decoding"].get("domains"))):
+                         ("decoding.domains", config["decoding"].get("domains")),
+                         ("head_agreement.domains", (config.get("head_agreement") or {}).get("domains"))):
         for domain in domains or []:
             if domain not in config["domains"]:
                 raise ConfigError(f"config key '{key}': {domain!r} is not under 'domains'")
@@ -188,9 +189,6 @@ def _check_head_training(config: Mapping, kinds: Mapping) -> None:
         if name not in kinds or not trains_a_head(name):
             raise ConfigError(f"config key 'head_agreement.heads': {name!r} is not a feature_head draft with a head "
                               "of its own")
-    for domain in agreement.get("domains") or []:
-        if domain not in config["domains"]:
-            raise ConfigError(f"config key 'head_agreement.domains': {domain!r} is not under 'domains'")
     for part, spec in ((corpus or {}).get("parts") or {}).items():
         if spec["archive_of"] not in config["prompt_sources"]:
             raise ConfigError(f"config key 'feature_head.corpus.parts.{part}.archive_of': {spec['archive_of']!r} is "

@@ -262,19 +262,24 @@ def head_losses(head: FeatureHead, parts: TargetParts, features: torch.Tensor, i
 
 
 @torch.no_grad()
-def greedy_blocks(head: FeatureHead, parts, features: torch.Tensor, ids: torch.Tensor, k: int) -> torch.Tensor:
+def greedy_blocks(head: FeatureHead, parts, features: torch.Tensor, ids: torch.Tensor, k: int,
+                  rows: torch.Tensor | None = None) -> torch.Tensor:
     """Greedy drafting of k tokens from every position of one sequence, offline: (len(ids) - k - 1, k) booleans,
     row s true at j where the head's j-th draft of the block after position s + 1 (context ids[:s + 2]) is
     ids[s + 2 + j] (unrolled_predictions: the head drafting on its own features, fed the sequence's tokens). Where
     the sequence is the target's greedy text, a block accepts its leading trues, as greedy decoding would.
-    features: the target's at every position; parts: its embeddings and norm and LM head rows (either engine's)."""
-    rows = parts.head_rows(head.draft_vocab).to(head.fc.weight.dtype)
+    features: the target's at every position; parts: its embeddings and norm and LM head rows (either engine's);
+    rows: the LM head's rows of the head's drafting vocabulary (parts.head_rows; a caller of many sequences gathers
+    them once)."""
+    if rows is None:
+        rows = parts.head_rows(head.draft_vocab)
+    rows = rows.to(head.fc.weight.dtype)
     features = features.to(head.fc.weight.dtype)
     depths = unrolled_predictions(head, parts, features[:-1], parts.embed(ids[1:]).to(features.dtype),
                                   torch.arange(1, len(ids)), k)
     blocks = len(ids) - k - 1
-    return torch.stack([head.draft_vocab[F.linear(depths[j][j:j + blocks], rows).argmax(-1)] == ids[2 + j:2 + j + blocks]
-                        for j in range(k)], dim=1)
+    drafted = [head.draft_vocab[F.linear(depths[j][j:j + blocks], rows).argmax(-1)] for j in range(k)]
+    return torch.stack([drafted[j] == ids[2 + j:2 + j + blocks] for j in range(k)], dim=1)
 
 
 def train_feature_head(head: FeatureHead, parts: TargetParts, features: Sequence[torch.Tensor],

@@ -21,7 +21,7 @@ def greedy_answers(session, prompts: pd.DataFrame, new_tokens: int, log: Callabl
                    ) -> list[tuple[str, list[int], int, torch.Tensor]]:
     """(domain, prompt + the target's greedy answer, prompt length, the target's features at every position) of each
     prompt (columns domain, prompt_id, input_ids), from a session that keeps its features (feature_head.self_distilled:
-    the answer's last token dropped)."""
+    the answer's last token dropped, the features rounded to fp16 as in the heads' training data)."""
     out = []
     for i, row in enumerate(prompts.itertuples(index=False)):
         start = time.perf_counter()
@@ -55,9 +55,10 @@ def agreement_table(parts, heads: dict[str, FeatureHead], answers: Iterable, k: 
     answers, rows = list(answers), []
     for name, head in heads.items():
         head = head.float()
+        head_rows = parts.head_rows(head.draft_vocab)  # once a head, not once a sequence (GGUF: dequantised rows)
         by_domain: dict[str, list[torch.Tensor]] = {}
         for domain, ids, n_prompt, features in answers:
-            blocks = greedy_blocks(head, parts, features, torch.tensor(ids), k)
+            blocks = greedy_blocks(head, parts, features, torch.tensor(ids), k, head_rows)
             by_domain.setdefault(domain, []).append(blocks[n_prompt - 1:])
         for domain, blocks in by_domain.items():
             rows += agreement_rows(name, domain, blocks)
