@@ -1,9 +1,22 @@
 """The target's features as a session keeps them: its final hidden states (after the final norm: what the LM head
-reads) of every position it has computed, for a draft that reads them (specdec.drafts.feature_head)."""
+reads) of every position it has computed, for a draft that reads them (specdec.drafts.feature_head); and, where the
+draft fuses some of the target's layers (EAGLE-3's low, middle and high features), those layers' outputs beside them:
+a row is [final hidden state, output of layer a, output of layer b, ...], each `hidden` wide."""
 
 from __future__ import annotations
 
+from typing import Sequence
+
 import torch
+
+
+def checked_layers(layers: Sequence[int], n_layers: int) -> tuple[int, ...]:
+    """`layers` as a tuple, once each increasing, each a decoder layer of a model of n_layers; a clear error else."""
+    layers = tuple(layers)
+    if any(not isinstance(i, int) or isinstance(i, bool) or not 0 <= i < n_layers for i in layers) \
+            or list(layers) != sorted(set(layers)):
+        raise ValueError(f"feature layers {list(layers)}: increasing distinct decoder layers in 0..{n_layers - 1}")
+    return layers
 
 
 class FeatureBuffer:
@@ -43,15 +56,27 @@ class KeepsFeatures:
     The session has a `length` (positions it holds)."""
 
     _features: FeatureBuffer | None = None
+    feature_layers: tuple[int, ...] = ()
 
-    def keep_hidden_states(self) -> None:
+    def keep_hidden_states(self, layers: Sequence[int] = ()) -> None:
         """From now on keep the final hidden state (after the final norm: what the LM head reads) of every position
-        the session computes, for a draft that reads them (a feature head). The forward computes them anyway."""
+        the session computes, for a draft that reads them (a feature head), and the outputs of decoder `layers`
+        (0-based; the residual stream after each) beside it. The forward computes them anyway."""
+        layers = checked_layers(layers, self._decoder_layers())
+        if self._features is not None and layers != self.feature_layers:
+            raise ValueError(f"this session already keeps the outputs of layers {list(self.feature_layers)} with its "
+                             f"features; asked for {list(layers)}")
         if self._features is None:
+            self.feature_layers = layers
             self._features = FeatureBuffer(first=self.length)
 
+    def _decoder_layers(self) -> int:
+        """How many decoder layers the session runs (the layers it can keep are 0 .. that - 1)."""
+        raise NotImplementedError
+
     def hidden_states(self, start: int, end: int) -> torch.Tensor:
-        """(end - start, hidden) final hidden states of positions start..end-1 (keep_hidden_states first)."""
+        """(end - start, hidden x (1 + len(feature_layers))) final hidden states of positions start..end-1, with
+        the kept layers' outputs beside them (keep_hidden_states first)."""
         if self._features is None:
             raise RuntimeError("hidden_states needs keep_hidden_states() before the positions are computed")
         return self._features.rows(start, end)

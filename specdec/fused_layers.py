@@ -93,10 +93,13 @@ class FusedLayers:
         self._kept.append(tensor)
         return tensor.data_ptr()
 
-    def forward(self, hidden: torch.Tensor, start: int, layer_seconds: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(self, hidden: torch.Tensor, start: int, layer_seconds: torch.Tensor | None = None,
+                layers: range | None = None) -> torch.Tensor:
         """Every layer over hidden (rows, hidden) fp32 at positions start..start+rows-1, in place (returned); their
         keys and values written into the caches. layer_seconds: None, or a float64 vector of one value per layer
-        that gets each layer's wall time, measured in C around it (the cost model's profiles)."""
+        that gets each layer's wall time, measured in C around it (the cost model's profiles). layers: a run of
+        consecutive layers (range(a, b)) to apply instead of all (a session keeping some layers' outputs calls
+        once per run between them; each layer's row of the plan is self-contained)."""
         c = self.config
         if not isinstance(hidden, torch.Tensor) or hidden.dtype != torch.float32 or hidden.device.type != "cpu" \
                 or hidden.dim() != 2 or hidden.shape[1] != c.hidden or not hidden.is_contiguous():
@@ -119,9 +122,15 @@ class FusedLayers:
             raise ValueError(f"layer_seconds must be a contiguous CPU float64 vector of {plan.shape[0]} values (one "
                              f"per layer), got {getattr(layer_seconds, 'dtype', type(layer_seconds).__name__)} "
                              f"{tuple(getattr(layer_seconds, 'shape', ()))}")
-        _layers.forward(plan.data_ptr(), plan.shape[0], plan.shape[1], hidden.data_ptr(),
+        n_layers = plan.shape[0]
+        if layers is None:
+            layers = range(n_layers)
+        if not isinstance(layers, range) or layers.step != 1 or not 0 <= layers.start < layers.stop <= n_layers:
+            raise ValueError(f"layers must be a non-empty range(a, b) within range(0, {n_layers}), got {layers!r}")
+        row_bytes = plan.shape[1] * plan.element_size()
+        seconds_at = 0 if layer_seconds is None else layer_seconds.data_ptr() + layers.start * 8
+        _layers.forward(plan.data_ptr() + layers.start * row_bytes, len(layers), plan.shape[1], hidden.data_ptr(),
                         hidden.shape[0], start, c.hidden, c.heads, c.kv_heads, c.head_dim, c.ffn, self.max_length,
                         self.cos.data_ptr(), self.sin.data_ptr(), float(c.rms_eps), float(self.scale),
-                        torch.get_num_threads(), 0 if layer_seconds is None else layer_seconds.data_ptr(),
-                        quant.kernel_name())
+                        torch.get_num_threads(), seconds_at, quant.kernel_name())
         return hidden

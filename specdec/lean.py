@@ -106,6 +106,9 @@ class LeanLM(KeepsFeatures):
         """Recorded with each step (decode.StepRecord.kernel): one product kernel for every row count."""
         return product_kernel(self.model)
 
+    def _decoder_layers(self) -> int:
+        return len(self.layers)
+
     def reset(self) -> None:
         self._length = 0
         self.last_hidden = None
@@ -142,16 +145,23 @@ class LeanLM(KeepsFeatures):
         begin = time.perf_counter()
         hidden = self.model.embedding.dequantize_rows(tokens)
         marks = [time.perf_counter()]
+        kept = self.feature_layers if self._features is not None else ()
+        layer_outputs = []  # the outputs of the kept layers (keep_hidden_states' `layers`), copies
         if rows <= MAX_INVARIANT_ROWS and self._fused is not None:
             layer_seconds = torch.zeros(len(self.layers), dtype=torch.float64) if times is not None else None
-            hidden = self._fused.forward(hidden, start, layer_seconds)
+            for run in _runs_between(kept, len(self.layers)):  # one native call per run of layers
+                hidden = self._fused.forward(hidden, start, layer_seconds, run)
+                if run.stop - 1 in kept:
+                    layer_outputs.append(hidden.clone())
             layer_times = layer_seconds.tolist() if times is not None else []
         else:
             cos, sin = self._cos[start:end], self._sin[start:end]
             attend = _invariant_attention if rows <= MAX_INVARIANT_ROWS and attention.available() else _sdpa_attention
             layer_times = []
-            for weights, (keys, values) in zip(self.layers, self._caches):
+            for i, (weights, (keys, values)) in enumerate(zip(self.layers, self._caches)):
                 hidden = _layer(weights, self.config, hidden, keys, values, start, end, cos, sin, attend)
+                if i in kept:
+                    layer_outputs.append(hidden.clone())
                 marks.append(time.perf_counter())
                 layer_times.append(marks[-1] - marks[-2])
         self._length = end
@@ -161,7 +171,7 @@ class LeanLM(KeepsFeatures):
             last = rowops.rms_norm(hidden[rows - n_logits:], self.model.output_norm, self.config.rms_eps)
         else:  # every row normed (the features), the head on the last n_logits of them
             normed = rowops.rms_norm(hidden, self.model.output_norm, self.config.rms_eps)
-            self._features.append(normed)
+            self._features.append(torch.cat([normed, *layer_outputs], dim=1) if layer_outputs else normed)
             last = normed[rows - n_logits:]
         head_begin = time.perf_counter()
         logits = self.model.output.matmul(last)
@@ -169,6 +179,13 @@ class LeanLM(KeepsFeatures):
             times.update(embedding=marks[0] - begin, layers=layer_times, norm=head_begin - norm_begin,
                          lm_head=time.perf_counter() - head_begin)
         return logits
+
+
+def _runs_between(kept: Sequence[int], n_layers: int) -> list[range]:
+    """Layers 0..n_layers-1 as consecutive runs, each ending at a kept layer or the last: [range(0, n_layers)] when
+    none is kept."""
+    ends = [i + 1 for i in kept if i + 1 < n_layers] + [n_layers]
+    return [range(a, b) for a, b in zip([0, *ends[:-1]], ends)]
 
 
 def _layer(w, c, hidden, keys, values, start, end, cos, sin, attend):

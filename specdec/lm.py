@@ -67,7 +67,16 @@ class CachedLM(KeepsFeatures):
         return self._cache.get_seq_length()
 
     def _record_features(self, module, args, output) -> None:
-        self._features.append(output.last_hidden_state[0])
+        rows = [output.last_hidden_state[0], *self._layer_outputs]
+        self._layer_outputs = []
+        self._features.append(torch.cat(rows, dim=1) if len(rows) > 1 else rows[0])
+
+    def _record_layer(self, module, args, output) -> None:
+        # a decoder layer returns its hidden states, or a tuple that starts with them (transformers 4.x)
+        self._layer_outputs.append((output[0] if isinstance(output, tuple) else output)[0].clone())
+
+    def _decoder_layers(self) -> int:
+        return len(self.model.get_decoder().layers)
 
     def kernel_for(self, rows: int) -> str:
         """The linear backends a forward over `rows` positions runs on (recorded with each step)."""
@@ -86,13 +95,16 @@ class CachedLM(KeepsFeatures):
         input_ids = torch.tensor([list(tokens)], dtype=torch.long, device=self.device)
         # logits_to_keep: the LM head (vocab x hidden) only runs on the positions we decide on.
         # the features: a hook on the decoder for this forward only (other sessions may share the model)
-        hook = None
+        hooks = []
         if self._features is not None:
-            hook = self.model.get_decoder().register_forward_hook(self._record_features)
+            self._layer_outputs = []
+            decoder = self.model.get_decoder()
+            hooks = [decoder.layers[i].register_forward_hook(self._record_layer) for i in self.feature_layers]
+            hooks.append(decoder.register_forward_hook(self._record_features))
         try:
             out = self.model(input_ids=input_ids, cache=self._cache, use_cache=True, logits_to_keep=n_logits)
         finally:
-            if hook is not None:
+            for hook in hooks:
                 hook.remove()
         return out.logits[0].float().cpu()
 
@@ -176,8 +188,12 @@ class PrefixMemoLM:
         view.restrict(columns)
         return view
 
-    def keep_hidden_states(self) -> None:
-        """Memoise each prefix's final hidden state too (CachedLM.keep_hidden_states), for hidden_states()."""
+    def keep_hidden_states(self, layers: Sequence[int] = ()) -> None:
+        """Memoise each prefix's final hidden state too (CachedLM.keep_hidden_states; with those `layers`' outputs
+        beside it), for hidden_states()."""
+        if self._hidden is not None and tuple(layers) != tuple(self._model.feature_layers):
+            raise ValueError(f"this memo already keeps the outputs of layers {list(self._model.feature_layers)}; "
+                             f"asked for {list(layers)}")
         if self._hidden is None:
             if self._memo and self._frozen:
                 raise RuntimeError("keep_hidden_states on a restricted memo that kept none")
@@ -185,7 +201,7 @@ class PrefixMemoLM:
             self._hidden = {}
             self._model.reset()
             self._fed = []
-            self._model.keep_hidden_states()
+            self._model.keep_hidden_states(layers)
 
     def hidden_states(self, start: int, end: int) -> torch.Tensor:
         """(end - start, hidden) final hidden states of positions start..end-1 of the current sequence."""
@@ -198,7 +214,8 @@ class PrefixMemoLM:
             self.next_token_logits(key)  # computes a prefix not seen yet
         if not keys:
             config = self._model.model.config  # a Hugging Face config, or a GGUF file's (LeanLM)
-            return torch.empty(0, getattr(config, "hidden_size", None) or config.hidden)
+            width = getattr(config, "hidden_size", None) or config.hidden
+            return torch.empty(0, width * (1 + len(self._model.feature_layers)))
         return torch.stack([self._hidden[key] for key in keys])
 
     def _key(self, prefix: tuple[int, ...]) -> tuple[int, ...]:

@@ -414,9 +414,15 @@ def test_adding_a_draft_to_the_sweep_schedules_one_job_per_domain(tiny_study):
                                          "lookup": {"kind": "prompt_lookup"}}),
          "config key 'draft_kinds.h.head': 'lookup' is not a feature_head draft"),
         (lambda c: c.update(draft_kinds={"h": {"kind": "feature_head", "training": {"data": ["answers", "web"]}}}),
-         "config key 'draft_kinds.h.training.data': 'web' is not one of ['answers', 'corpus']"),
+         "config key 'draft_kinds.h.training.data': 'web' is not one of ['answers', 'corpus', 'answers_layers'"),
         (lambda c: c.update(draft_kinds={"h": {"kind": "feature_head", "training": {"data": ["corpus"]}}}),
          "config key 'draft_kinds.h.training.data': corpus needs feature_head.corpus"),
+        (lambda c: c.update(draft_kinds={"h": {"kind": "feature_head", "training": {
+            "data": ["answers_layers"], "fused_layers": [0, 1]}}}, feature_head={"fused_layers": [1, 2]}),
+         "config key 'draft_kinds.h.training.data': answers_layers holds the outputs of layers [1, 2] "
+         "(feature_head.fused_layers for *_layers data), the head fuses [0, 1] (training.fused_layers)"),
+        (lambda c: c.update(draft_kinds={"h": {"kind": "feature_head", "training": {"fused_layers": [1]}}}),
+         "config key 'draft_kinds.h.training.data': answers holds the outputs of layers [] "),
         (lambda c: c.update(draft_kinds={"h": {"kind": "feature_head", "training": {"init": "lookup"}},
                                          "lookup": {"kind": "prompt_lookup"}}),
          "config key 'draft_kinds.h.training.init': 'lookup' is not another feature_head draft"),
@@ -436,7 +442,8 @@ def test_adding_a_draft_to_the_sweep_schedules_one_job_per_domain(tiny_study):
          "dtype for a draft without weights", "unknown draft dtype", "unknown sweep draft",
          "per-draft override of a draft not swept", "unknown sweep domain", "unknown decoding domain",
          "unknown training prompt set", "unknown head training prompt set", "head shared from a non-head",
-         "unknown head data", "head corpus without a corpus", "head started from a non-head",
+         "unknown head data", "head corpus without a corpus", "layer data without a fused layer",
+         "a fusing head on data without its layers", "head started from a non-head",
          "corpus of an unknown archive", "agreement of a head without its own", "agreement on an unknown domain"],
 )
 def test_invalid_config_is_refused_naming_the_key(tmp_path, mutate, message):

@@ -19,7 +19,7 @@ from __future__ import annotations
 import copy
 import json
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Sequence
 
@@ -45,6 +45,17 @@ class HeadConfig:
     rope_theta: float
     rms_eps: float
     vocab_size: int  # the target's: the width of q
+    # decoder layers of the target whose outputs the head fuses into its input beside the final hidden state
+    # (EAGLE-3's low, middle and high features); none: the final hidden state alone
+    fused_layers: tuple[int, ...] = ()
+
+    def __post_init__(self):
+        object.__setattr__(self, "fused_layers", tuple(int(i) for i in self.fused_layers))
+
+    @property
+    def feature_width(self) -> int:
+        """The width of a target feature row the head reads: the final hidden state and the fused layers' outputs."""
+        return self.hidden_size * (1 + len(self.fused_layers))
 
     @classmethod
     def of_target(cls, config) -> HeadConfig:
@@ -118,6 +129,10 @@ class FeatureHead(nn.Module):
         super().__init__()
         c = self.config = config
         width, kv_width = c.heads * c.head_dim, c.kv_heads * c.head_dim
+        if c.fused_layers:  # zero-initialised: a head widened from a trained one starts drafting as that one did
+            self.layer_norms = nn.ModuleList(RMSNorm(c.hidden_size, c.rms_eps) for _ in c.fused_layers)
+            self.fuse = nn.Linear(len(c.fused_layers) * c.hidden_size, c.hidden_size, bias=False)
+            nn.init.zeros_(self.fuse.weight)
         self.fc = nn.Linear(2 * c.hidden_size, c.hidden_size, bias=False)
         self.attn_norm = RMSNorm(c.hidden_size, c.rms_eps)
         self.q_proj = nn.Linear(c.hidden_size, width, bias=True)
@@ -153,10 +168,27 @@ class FeatureHead(nn.Module):
         mask = None if rows == 1 else torch.ones(rows, length, dtype=torch.bool).tril(length - rows)
         return self.after_attention(hidden, q, k, v, mask)
 
+    def fold(self, features: torch.Tensor) -> torch.Tensor:
+        """Feature rows (..., feature_width) of the target folded to (..., hidden): the final hidden state plus the
+        fused layers' outputs, each RMS-normed, through `fuse`. Rows already `hidden` wide (the head's predicted
+        features while drafting, or a head that fuses nothing) are returned as they are."""
+        c = self.config
+        if features.shape[-1] == c.hidden_size:
+            return features
+        if features.shape[-1] != c.feature_width:
+            raise ValueError(f"feature rows of width {features.shape[-1]}: this head reads {c.hidden_size} (a "
+                             f"prediction) or {c.feature_width} (the final hidden state and layers "
+                             f"{list(c.fused_layers)})")
+        parts = features.unflatten(-1, (1 + len(c.fused_layers), c.hidden_size)).unbind(-2)
+        normed = torch.cat([norm(part) for norm, part in zip(self.layer_norms, parts[1:])], dim=-1)
+        return parts[0] + self.fuse(normed)
+
     def attention_inputs(self, features: torch.Tensor, embeddings: torch.Tensor, positions: torch.Tensor):
         """(hidden, q, k, v) of T new positions: the folded input (batch, T, hidden) and the rotated queries and keys
-        and the values, (batch, heads or kv_heads, T, head_dim). Training unrolls drafting with its own masks."""
+        and the values, (batch, heads or kv_heads, T, head_dim). Training unrolls drafting with its own masks.
+        features: the target's (feature_width wide; `fold`) or the head's predicted ones (hidden wide)."""
         c = self.config
+        features = self.fold(features)
         batch, rows, _ = features.shape
         hidden = self.fc(torch.cat([features, embeddings], dim=-1))
         x = self.attn_norm(hidden)
@@ -311,14 +343,14 @@ class FeatureHeadDraft:
         if keep is None:
             raise TypeError(f"a feature head drafts from the target's features; {type(session).__name__} does not "
                             "expose them (keep_hidden_states)")
-        keep()
+        keep(self.head.config.fused_layers)
         self._target = session
 
     def _run_own_target(self, verified: Sequence[int]) -> None:
         """Without the loop's session: our own, fed up to `verified` (what the loop's target would have seen)."""
         if self._own is None:
             self._own, self._own_tokens = self.parts.new_session(), []
-            self._own.keep_hidden_states()
+            self._own.keep_hidden_states(self.head.config.fused_layers)
             self._target = self._own
         common = 0
         for a, b in zip(self._own_tokens, verified):
@@ -473,10 +505,12 @@ def _drafting_copy(head: FeatureHead, rows: torch.Tensor, dtype: torch.dtype | s
     return drafting["head"], drafting["rows"]
 
 
-def untrained_head(target_model, draft_vocab: Sequence[int] | None = None, seed: int = 0) -> FeatureHead:
+def untrained_head(target_model, draft_vocab: Sequence[int] | None = None, seed: int = 0,
+                   fused_layers: Sequence[int] = ()) -> FeatureHead:
     """A freshly initialised head for a target (a Hugging Face model, in its dtype; or a LeanLM session, in fp32):
-    what training starts from."""
+    what training starts from. fused_layers: target layers whose outputs it fuses beside the final hidden state."""
     torch.manual_seed(seed)
-    head = FeatureHead(HeadConfig.of_target(target_model.config), draft_vocab)
+    config = HeadConfig.of_target(target_model.config)
+    head = FeatureHead(replace(config, fused_layers=tuple(fused_layers)), draft_vocab)
     parameters = getattr(target_model, "parameters", None)
     return head.to(next(parameters()).dtype if parameters else torch.float32).eval()

@@ -158,7 +158,9 @@ def check_config_semantics(config: dict) -> None:
         raise ConfigError("config key 'decoding': neither the greedy nor a sampled setting is enabled")
 
 
-HEAD_DATA_SETS = ("answers", "corpus")  # a feature head's training.data (workflow/rules/feature_head.smk)
+# a feature head's training.data (workflow/rules/feature_head.smk); *_layers: the same text with the outputs of
+# feature_head.fused_layers beside the features, for heads that fuse them (training.fused_layers)
+HEAD_DATA_SETS = ("answers", "corpus", "answers_layers", "corpus_layers")
 
 
 def _check_head_training(config: Mapping, kinds: Mapping) -> None:
@@ -174,12 +176,20 @@ def _check_head_training(config: Mapping, kinds: Mapping) -> None:
         if not trains_a_head(name):
             continue
         training = spec.get("training") or {}
-        for data in training.get("data") or []:
+        fused = list(training.get("fused_layers") or [])
+        for data in training.get("data") or ["answers"]:
             if data not in HEAD_DATA_SETS:
                 raise ConfigError(f"config key 'draft_kinds.{name}.training.data': {data!r} is not one of "
                                   f"{list(HEAD_DATA_SETS)}")
-            if data == "corpus" and not corpus:
-                raise ConfigError(f"config key 'draft_kinds.{name}.training.data': corpus needs feature_head.corpus")
+            if data.startswith("corpus") and not corpus:
+                raise ConfigError(f"config key 'draft_kinds.{name}.training.data': {data} needs feature_head.corpus")
+            # the data's rows must hold the layers the head fuses (a head may read fewer: the control of one)
+            data_layers = list((config.get("feature_head") or {}).get("fused_layers") or []) \
+                if data.endswith("_layers") else []
+            if not set(fused) <= set(data_layers):
+                raise ConfigError(f"config key 'draft_kinds.{name}.training.data': {data} holds the outputs of layers "
+                                  f"{data_layers} (feature_head.fused_layers for *_layers data), the head fuses "
+                                  f"{fused} (training.fused_layers)")
         init = training.get("init")
         if init is not None and (init == name or init not in kinds or not trains_a_head(init)):
             raise ConfigError(f"config key 'draft_kinds.{name}.training.init': {init!r} is not another feature_head "

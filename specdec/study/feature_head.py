@@ -11,6 +11,11 @@ target's own distribution at t, both over the drafting vocabulary (the target's 
 same LM head rows: only the columns the head can draft). The head's inputs are the true features, with Gaussian
 noise of std `noise` x their RMS (drafting feeds the head its own, slightly wrong, predictions).
 Checkpoints (distill.save_checkpoint) let an interrupted run resume with the same batches.
+
+A head may also fuse some of the target's layers (`fused_layers`, EAGLE-3's low, middle and high features): its data
+rows then hold those layers' outputs beside the final hidden state (`head_data(..., layers=...)`, each scaled to an
+RMS of 1), the head folds them in where it reads a target row (FeatureHead.fold), and its own predictions stand in
+for them while drafting, as before.
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ import math
 import shutil
 import time
 from collections import Counter
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -32,6 +37,7 @@ import torch.nn.functional as F
 
 from safetensors.torch import load_file, save_file
 
+from ..attention import MAX_INVARIANT_ROWS
 from ..decode import generate_baseline
 from ..drafts.feature_head import WEIGHTS_FILE, FeatureHead, HeadConfig, TargetParts, untrained_head
 from ..errors import DraftSpecError
@@ -40,6 +46,8 @@ from .io import atomic_directory, atomic_path, write_text
 
 FEATURES_FILE = "features.safetensors"
 SEQUENCES_FILE = "sequences.parquet"
+STEP_ROWS = MAX_INVARIANT_ROWS  # rows a stepped read passes at once: the engine's batch-invariant path
+LAYERS_FILE = "feature_layers.json"  # the target layers whose outputs the data's feature rows hold (absent: none)
 
 
 # The learning rate's factor after warm-up, by step (0-based), warm-up steps and all steps.
@@ -67,6 +75,9 @@ class FeatureHeadSettings:
     init: str | None = None  # another head whose trained weights (and drafting vocabulary) training starts from
     unroll: int = 1  # depths trained: 1 teacher forcing only; d > 1 also drafts d - 1 steps on its own predictions
     unroll_decay: float = 0.8  # depth d's loss weighs decay**d (EAGLE-3's training script: 0.8)
+    # target layers whose outputs the head fuses beside the final hidden state (its data must hold them: the
+    # workflow's *_layers data sets); a head started from one that fuses none gets a zero-initialised fusion
+    fused_layers: tuple[int, ...] = ()
 
     def __post_init__(self):
         if self.schedule not in SCHEDULES:
@@ -76,6 +87,11 @@ class FeatureHeadSettings:
         if not 0 < self.unroll_decay <= 1:
             raise DraftSpecError(f"training unroll_decay {self.unroll_decay!r}: a weight in (0, 1]")
         object.__setattr__(self, "data", tuple(self.data))
+        object.__setattr__(self, "fused_layers", tuple(self.fused_layers))
+        if any(not isinstance(i, int) or isinstance(i, bool) or i < 0 for i in self.fused_layers) \
+                or list(self.fused_layers) != sorted(set(self.fused_layers)):
+            raise DraftSpecError(f"training fused_layers {list(self.fused_layers)!r}: increasing distinct decoder "
+                                 "layers (0-based)")
 
     def learning_rate_at(self, step: int) -> float:
         """The learning rate of step `step` (0-based): linear warm-up, then the schedule."""
@@ -106,6 +122,25 @@ def target_features(model, sequences: Sequence[Sequence[int]], log: Callable[[st
     return out
 
 
+def stored_rows(rows: torch.Tensor, hidden: int) -> torch.Tensor:
+    """Feature rows as the data keep them, fp16: the final hidden state as it is, each fused layer's output scaled to
+    an RMS of 1 (a head RMS-norms them anyway; a layer's outliers could overflow fp16 unscaled)."""
+    parts = rows.float().unflatten(-1, (-1, hidden))
+    layers = parts[:, 1:]
+    layers = layers * torch.rsqrt(layers.pow(2).mean(-1, keepdim=True) + 1e-12)
+    return torch.cat([parts[:, :1], layers], dim=1).flatten(1).to(torch.float16).contiguous()
+
+
+def layer_columns(rows: torch.Tensor, kept: Sequence[int], wanted: Sequence[int], hidden: int) -> torch.Tensor:
+    """Of feature rows holding the final hidden state and the outputs of layers `kept`, those of `wanted` (a subset)
+    beside the final hidden state: what a head that fuses `wanted` reads."""
+    missing = sorted(set(wanted) - set(kept))
+    if missing:
+        raise ValueError(f"a head fuses layers {list(wanted)}; the rows hold {list(kept)} beside the final hidden state")
+    parts = rows.unflatten(-1, (1 + len(kept), hidden))
+    return parts[..., [0] + [1 + list(kept).index(i) for i in wanted], :].flatten(-2)
+
+
 def load_features(directory: Path, n_sequences: int) -> list[torch.Tensor]:
     """The features of sequences 0..n-1; an error naming the directory when they were made for other sequences."""
     tensors = load_file(str(Path(directory) / FEATURES_FILE))
@@ -115,31 +150,42 @@ def load_features(directory: Path, n_sequences: int) -> list[torch.Tensor]:
     return [tensors[f"features_{i}"] for i in range(n_sequences)]
 
 
-def self_distilled(session, prompt_ids: Sequence[int], new_tokens: int) -> tuple[list[int], torch.Tensor]:
+def self_distilled(session, prompt_ids: Sequence[int], new_tokens: int, layers: Sequence[int] = (),
+                   stepped_from: int | None = None) -> tuple[list[int], torch.Tensor]:
     """The prompt followed by the session's greedy continuation (up to new_tokens; its last token dropped, since no
-    forward computed its feature), and the features of those positions, (n, hidden) fp16, as the session kept them
-    while generating (a session with keep_hidden_states: lm.CachedLM, lean.LeanLM). new_tokens 0: the text as
-    given, read in one forward (head_corpus: text the target reads rather than writes)."""
-    session.keep_hidden_states()
+    forward computed its feature), and the features of those positions, (n, hidden x (1 + len(layers))) fp16
+    (stored_rows), as the session kept them while generating (a session with keep_hidden_states: lm.CachedLM,
+    lean.LeanLM), with the outputs of `layers` beside them. new_tokens 0: the text as given, read in one forward
+    (head_corpus: text the target reads rather than writes); with stepped_from, its first stepped_from tokens in one
+    forward and the rest in passes of STEP_ROWS, as decoding's steps compute them (an answer read again: on a
+    batch-invariant engine, the bits its generation computed)."""
+    session.keep_hidden_states(layers)
     if new_tokens == 0:
         ids = [int(t) for t in prompt_ids]
         session.reset()
-        session.extend(ids, 1)
-        return ids, session.hidden_states(0, len(ids)).to(torch.float16).contiguous()
-    continuation = generate_baseline(session, torch.tensor([list(prompt_ids)]), new_tokens).tokens
-    ids = [int(t) for t in prompt_ids] + continuation[:-1]
-    return ids, session.hidden_states(0, len(ids)).to(torch.float16).contiguous()
+        first = len(ids) if stepped_from is None else max(1, min(int(stepped_from), len(ids)))
+        session.extend(ids[:first], 1)
+        for start in range(first, len(ids), STEP_ROWS):
+            session.extend(ids[start:start + STEP_ROWS], 1)
+    else:
+        continuation = generate_baseline(session, torch.tensor([list(prompt_ids)]), new_tokens).tokens
+        ids = [int(t) for t in prompt_ids] + continuation[:-1]
+    rows = session.hidden_states(0, len(ids))
+    return ids, stored_rows(rows, rows.shape[1] // (1 + len(layers)))
 
 
 def head_data(session, prompts: pd.DataFrame, new_tokens: int, out_dir: Path, parts_dir: Path, key: dict,
-              part_size: int = 16, log: Callable[[str], None] = print) -> None:
+              part_size: int = 16, log: Callable[[str], None] = print, layers: Sequence[int] = (),
+              stepped: bool = False) -> None:
     """The heads' training data -> out_dir (sequences.parquet: prompt_id, input_ids, n_prompt; features.safetensors:
-    features_{i} of row i), written at the end, atomically. Made part by part (part_size prompts) in parts_dir, which
-    a rerun after an interruption continues from; parts made under another `key` (prompts, length, model) are
-    discarded first. parts_dir is deleted once out_dir is complete."""
+    features_{i} of row i, with the outputs of `layers` beside the final hidden state (feature_layers.json names
+    them)), written at the end, atomically. Made part by part (part_size prompts) in parts_dir, which a rerun after
+    an interruption continues from; parts made under another `key` (prompts, length, model, layers) are discarded
+    first. parts_dir is deleted once out_dir is complete. stepped (new_tokens 0, prompts with n_prompt: answers read
+    again): each text past its n_prompt tokens read as decoding steps compute it (self_distilled's stepped_from)."""
     parts_dir = Path(parts_dir)
     key = {**key, "prompt_ids": [str(p) for p in prompts["prompt_id"]], "new_tokens": int(new_tokens),
-           "part_size": int(part_size)}
+           "part_size": int(part_size), "feature_layers": [int(i) for i in layers], "stepped": bool(stepped)}
     key_file = parts_dir / "key.json"
     if parts_dir.exists() and (not key_file.exists() or json.loads(key_file.read_text()) != key):
         log(f"{parts_dir}: parts made for other prompts or settings, starting over")
@@ -155,7 +201,8 @@ def head_data(session, prompts: pd.DataFrame, new_tokens: int, out_dir: Path, pa
         rows, tensors = prompts.iloc[j * part_size:(j + 1) * part_size], {}
         for i, prompt in enumerate(rows.itertuples(index=False)):
             start = time.perf_counter()
-            ids, features = self_distilled(session, prompt.input_ids, new_tokens)
+            ids, features = self_distilled(session, prompt.input_ids, new_tokens, layers,
+                                           prompt.n_prompt if stepped else None)
             tensors[f"features_{i}"] = features
             tensors[f"ids_{i}"] = torch.tensor(ids, dtype=torch.int32)
             made = (f"{len(ids) - len(prompt.input_ids) + 1} tokens after {len(prompt.input_ids)}" if new_tokens
@@ -174,17 +221,35 @@ def head_data(session, prompts: pd.DataFrame, new_tokens: int, out_dir: Path, pa
     with atomic_directory(out_dir) as tmp:
         pd.DataFrame(sequences).to_parquet(tmp / SEQUENCES_FILE, index=False)
         save_file(features, str(tmp / FEATURES_FILE))
+        if layers:
+            (tmp / LAYERS_FILE).write_text(json.dumps([int(i) for i in layers]) + "\n")
     shutil.rmtree(parts_dir)
 
 
-def load_head_data(*directories: Path) -> tuple[list[list[int]], list[torch.Tensor]]:
-    """(token ids, features) of every training sequence in one or more head_data directories, in their order."""
+def data_layers(directory: Path) -> tuple[int, ...]:
+    """The target layers whose outputs a head_data directory's feature rows hold beside the final hidden state."""
+    path = Path(directory) / LAYERS_FILE
+    return tuple(json.loads(path.read_text())) if path.is_file() else ()
+
+
+def load_head_data(*directories: Path, layers: Sequence[int] = ()) -> tuple[list[list[int]], list[torch.Tensor]]:
+    """(token ids, features) of every training sequence in one or more head_data directories, in their order: the
+    final hidden states and the outputs of `layers` (a head's fused_layers), which each directory's rows must hold
+    (the error names the one that does not); other layers' columns are dropped."""
     ids, features = [], []
     for directory in directories:
+        held = data_layers(directory)
+        if not set(layers) <= set(held):
+            raise ValueError(f"{directory} holds the outputs of target layers {list(held)} beside its features; the "
+                             f"head fuses {list(layers)}: train it on data made with those layers")
         sequences = pd.read_parquet(Path(directory) / SEQUENCES_FILE)
         these = [list(map(int, row)) for row in sequences["input_ids"]]
         ids += these
-        features += load_features(directory, len(these))
+        rows = load_features(directory, len(these))
+        if tuple(layers) != held:
+            hidden = rows[0].shape[1] // (1 + len(held)) if rows else 0
+            rows = [layer_columns(r, held, layers, hidden).contiguous() for r in rows]
+        features += rows
     return ids, features
 
 
@@ -211,10 +276,11 @@ def unrolled_mask(rows: int, depth: int) -> torch.Tensor:
 def unrolled_predictions(head: FeatureHead, parts, inputs: torch.Tensor, embeddings: torch.Tensor,
                          positions: torch.Tensor, depths: int) -> list[torch.Tensor]:
     """The head's predicted features (after the target's norm), (rows, hidden) for each depth 0..depths-1, of one
-    sequence: depth 0 reads `inputs` (features of the previous positions); depth d reads depth d-1's prediction of
+    sequence: depth 0 reads `inputs` (the target's feature rows of the previous positions); depth d reads depth d-1's prediction of
     the previous row (row 0 keeps its input) and attends as drafting does d steps into a block (unrolled_mask).
     Rows r < d of depth d have no such block and are not meant to be scored."""
     predictions, keys, values = [], [], []
+    inputs = head.fold(inputs)  # the target's feature rows to the head's width (a prediction's)
     for depth in range(depths):
         if depth:
             inputs = torch.cat([inputs[:1], predictions[-1][:-1]])
@@ -230,7 +296,8 @@ def unrolled_predictions(head: FeatureHead, parts, inputs: torch.Tensor, embeddi
 def head_losses(head: FeatureHead, parts: TargetParts, features: torch.Tensor, ids: torch.Tensor,
                 noise: float = 0.0, generator: torch.Generator | None = None, rows: torch.Tensor | None = None,
                 depths: int = 1, decay: float = 0.8) -> tuple[torch.Tensor, torch.Tensor]:
-    """(feature loss, token loss) of one sequence: features (n, hidden), ids (n,). Depth 0 (teacher forcing): the
+    """(feature loss, token loss) of one sequence: features (n, feature_width: the final hidden state and any fused
+    layers' outputs), ids (n,). Depth 0 (teacher forcing): the
     means over positions 1..n-1. With depths > 1 (training-time drafting, as EAGLE-3's "training-time test"): the
     head also drafts d = 1..depths-1 steps on its own predicted features (unrolled_predictions), each depth scored
     on the positions it predicts, the depths' losses averaged with weights decay**d.
@@ -240,9 +307,12 @@ def head_losses(head: FeatureHead, parts: TargetParts, features: torch.Tensor, i
     dtype = head.fc.weight.dtype
     features = features.to(dtype)
     inputs = features[:-1]
-    if noise:
-        scale = inputs.pow(2).mean(-1, keepdim=True).sqrt() * noise
-        inputs = inputs + scale * torch.randn(inputs.shape, generator=generator, dtype=dtype)
+    if noise:  # each part of a row (final hidden state, fused layers' outputs) with noise of its own RMS's scale
+        parts_of_rows = inputs.unflatten(-1, (-1, head.config.hidden_size))
+        scale = parts_of_rows.pow(2).mean(-1, keepdim=True).sqrt() * noise
+        noisy = parts_of_rows + scale * torch.randn(parts_of_rows.shape, generator=generator, dtype=dtype)
+        inputs = noisy.flatten(-2)
+    features = features[:, :head.config.hidden_size]  # what the head predicts: the final hidden states
     positions = torch.arange(1, len(ids))
     with torch.no_grad():
         embeddings = parts.embed(ids[1:]).to(dtype)
@@ -333,14 +403,31 @@ def train_head_for(target, sequences: Sequence[Sequence[int]], features: Sequenc
     sequences) or from `init`, a trained head of the same target (its vocabulary kept; settings.vocab unused)."""
     if init is None:
         vocab = drafting_vocabulary(sequences, settings.vocab, int(target.config.vocab_size))
-        head = untrained_head(target, vocab, seed=settings.seed)
+        head = untrained_head(target, vocab, seed=settings.seed, fused_layers=settings.fused_layers)
     else:
-        if asdict(init.config) != asdict(HeadConfig.of_target(target.config)):
-            raise DraftSpecError(f"the head to start from was made for another target: {init.config} against "
+        made_for = replace(init.config, fused_layers=())
+        if asdict(made_for) != asdict(HeadConfig.of_target(target.config)):
+            raise DraftSpecError(f"the head to start from was made for another target: {made_for} against "
                                  f"{HeadConfig.of_target(target.config)}")
-        head = init.to(next(target.parameters()).dtype)
+        head = with_fused_layers(init, settings.fused_layers).to(next(target.parameters()).dtype)
     curve = train_feature_head(head, TargetParts(target), features, sequences, settings, checkpoint_dir, log)
     return head, curve
+
+
+def with_fused_layers(head: FeatureHead, layers: Sequence[int]) -> FeatureHead:
+    """`head` itself where it fuses `layers` already; a head that fuses none widened to fuse them (its weights kept,
+    the fusion zero-initialised: it drafts as `head` did until trained); else a clear error."""
+    layers = tuple(layers)
+    if head.config.fused_layers == layers:
+        return head
+    if head.config.fused_layers:
+        raise DraftSpecError(f"the head to start from fuses target layers {list(head.config.fused_layers)}; this "
+                             f"training fuses {list(layers)}")
+    wide = FeatureHead(replace(head.config, fused_layers=layers), head.draft_vocab.tolist())
+    missing, unexpected = wide.load_state_dict(head.state_dict(), strict=False)
+    if unexpected or any(not name.startswith(("fuse.", "layer_norms.")) for name in missing):
+        raise RuntimeError(f"widening a head: unexpected {unexpected}, missing {missing}")
+    return wide.to(head.fc.weight.dtype).train(head.training)
 
 
 def save_trained_head(head: FeatureHead, directory: Path, name: str, record: dict) -> None:

@@ -12,20 +12,21 @@ import pandas as pd
 import torch
 
 from ..drafts.feature_head import FeatureHead
-from .feature_head import greedy_blocks, self_distilled
+from .feature_head import greedy_blocks, layer_columns, self_distilled
 
 COLUMNS = ["head", "domain", "prompts", "blocks", "position", "reached", "accepted", "rate", "tokens_per_pass"]
 
 
-def greedy_answers(session, prompts: pd.DataFrame, new_tokens: int, log: Callable[[str], None] = print
-                   ) -> list[tuple[str, list[int], int, torch.Tensor]]:
-    """(domain, prompt + the target's greedy answer, prompt length, the target's features at every position) of each
-    prompt (columns domain, prompt_id, input_ids), from a session that keeps its features (feature_head.self_distilled:
-    the answer's last token dropped, the features rounded to fp16 as in the heads' training data)."""
+def greedy_answers(session, prompts: pd.DataFrame, new_tokens: int, log: Callable[[str], None] = print,
+                   layers: Sequence[int] = ()) -> list[tuple[str, list[int], int, torch.Tensor]]:
+    """(domain, prompt + the target's greedy answer, prompt length, the target's features at every position, with the
+    outputs of `layers` beside them) of each prompt (columns domain, prompt_id, input_ids), from a session that keeps
+    its features (feature_head.self_distilled: the answer's last token dropped, the features rounded to fp16 as in the
+    heads' training data)."""
     out = []
     for i, row in enumerate(prompts.itertuples(index=False)):
         start = time.perf_counter()
-        ids, features = self_distilled(session, row.input_ids, new_tokens)
+        ids, features = self_distilled(session, row.input_ids, new_tokens, layers)
         out.append((row.domain, ids, len(row.input_ids), features.float()))
         log(f"[{i + 1}/{len(prompts)}] {row.prompt_id}: {len(ids) - len(row.input_ids)} tokens "
             f"({time.perf_counter() - start:.1f}s)")
@@ -48,17 +49,19 @@ def agreement_rows(name: str, domain: str, blocks: Sequence[torch.Tensor]) -> li
     return rows
 
 
-def agreement_table(parts, heads: dict[str, FeatureHead], answers: Iterable, k: int) -> pd.DataFrame:
+def agreement_table(parts, heads: dict[str, FeatureHead], answers: Iterable, k: int, layers: Sequence[int] = ()
+                    ) -> pd.DataFrame:
     """The table (COLUMNS) of each head on greedy_answers' sequences, blocks starting inside the answers (the first
     draft of a block after the prompt's pass is the answer's second token, as in decoding). parts: the target's
-    (drafts.feature_head.target_parts)."""
+    (drafts.feature_head.target_parts); layers: those greedy_answers kept (each head reads the ones it fuses)."""
     answers, rows = list(answers), []
     for name, head in heads.items():
         head = head.float()
         head_rows = parts.head_rows(head.draft_vocab)  # once a head, not once a sequence (GGUF: dequantised rows)
         by_domain: dict[str, list[torch.Tensor]] = {}
         for domain, ids, n_prompt, features in answers:
-            blocks = greedy_blocks(head, parts, features, torch.tensor(ids), k, head_rows)
+            rows_read = layer_columns(features, layers, head.config.fused_layers, head.config.hidden_size)
+            blocks = greedy_blocks(head, parts, rows_read, torch.tensor(ids), k, head_rows)
             by_domain.setdefault(domain, []).append(blocks[n_prompt - 1:])
         for domain, blocks in by_domain.items():
             rows += agreement_rows(name, domain, blocks)

@@ -25,7 +25,11 @@ def feature_head_training(wildcards):
 
 # Where each `training.data` name of a head lives: the target's answers, the text it reads (feature_head.corpus).
 HEAD_CORPUS = (config.get("feature_head") or {}).get("corpus")
-HEAD_DATA_DIRS = {"answers": "resources/feature_head/data", "corpus": "resources/feature_head/corpus_data"}
+# *_layers: the same text read again with the outputs of feature_head.fused_layers kept beside the features.
+HEAD_DATA_DIRS = {"answers": "resources/feature_head/data", "corpus": "resources/feature_head/corpus_data",
+                  "answers_layers": "resources/feature_head/answers_layers",
+                  "corpus_layers": "resources/feature_head/corpus_layers"}
+HEAD_FUSED_LAYERS = (config.get("feature_head") or {}).get("fused_layers") or []
 
 
 def head_training_inputs(wildcards):
@@ -151,6 +155,38 @@ rule feature_head_corpus_data:
         "logs/feature_head/corpus_data.log",
     benchmark:
         "benchmarks/feature_head/corpus_data.tsv"
+    script:
+        "../scripts/feature_head_data.py"
+
+
+# The answers' text read again (no new generation: the prompt in one forward, the answer in steps of up to 32 rows,
+# the bits its generation computed) and the corpus read in one forward a text, with the outputs of
+# feature_head.fused_layers kept beside the final hidden states: the data of heads that fuse those layers.
+rule feature_head_layer_data:
+    input:
+        unpack(feature_head_data_inputs),
+        prompts=lambda wc: {"answers": "resources/feature_head/data",
+                            "corpus": "resources/feature_head/corpus.parquet"}[wc.base],
+    output:
+        directory("resources/feature_head/{base}_layers"),
+    wildcard_constraints:
+        base="answers|corpus",
+    params:
+        engine=HEAD_ENGINE,
+        new_tokens=0,  # read, not generated
+        runtime=head_data_runtime(),
+        parts="resources/feature_head/{base}_layers_parts",
+        layers=HEAD_FUSED_LAYERS,
+        stepped=lambda wc: wc.base == "answers",  # an answer past its prompt read as its generation computed it
+    threads: THREADS
+    resources:
+        mem_mb=8000,
+    conda:
+        SPECDEC_ENV
+    log:
+        "logs/feature_head/{base}_layers.log",
+    benchmark:
+        "benchmarks/feature_head/{base}_layers.tsv"
     script:
         "../scripts/feature_head_data.py"
 

@@ -1,6 +1,7 @@
 """Snakemake script: the feature heads' training data — each training prompt with the target's greedy continuation
 and the target's features at every position, kept while generating -> resources/feature_head/data (sequences.parquet,
-features.safetensors). Runs the target's GGUF file on the lean engine (engine: gguf) or its prepared model as the
+features.safetensors); with new_tokens 0, text read in one forward (the corpus; a data directory's sequences: its
+text again, e.g. with params.layers' outputs kept beside the features). Runs the target's GGUF file on the lean engine (engine: gguf) or its prepared model as the
 study's runtime loads it (engine: safetensors), on params.runtime as given (the rule sets the engine's weights);
 resumes from resources/feature_head/data_parts after an interruption."""
 
@@ -13,7 +14,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from specdec.study.feature_head import head_data
+from specdec.study.feature_head import SEQUENCES_FILE, head_data
 from specdec.study.logs import log_to
 
 log = logging.getLogger("feature_head_data")
@@ -43,10 +44,13 @@ def main(snakemake):
         p = snakemake.params
         session, key = target_session(snakemake.input.target, p.engine, Runtime(**p.runtime),
                                        snakemake.input.get("target_kernels"))
-        prompts = pd.read_parquet(snakemake.input.prompts)
-        log.info("feature head data: %d prompts x up to %d new tokens on the %s engine", len(prompts), p.new_tokens,
-                 p.engine)
-        head_data(session, prompts, int(p.new_tokens), Path(snakemake.output[0]), Path(p.parts), key, log=log.info)
+        prompts = Path(snakemake.input.prompts)
+        prompts = pd.read_parquet(prompts / SEQUENCES_FILE if prompts.is_dir() else prompts)
+        layers = [int(i) for i in getattr(p, "layers", None) or []]
+        log.info("feature head data: %d prompts x up to %d new tokens on the %s engine%s", len(prompts), p.new_tokens,
+                 p.engine, f", keeping layers {layers}'s outputs" if layers else "")
+        head_data(session, prompts, int(p.new_tokens), Path(snakemake.output[0]), Path(p.parts), key, log=log.info,
+                  layers=layers, stepped=bool(getattr(p, "stepped", False)))
 
 
 if "snakemake" in globals():

@@ -30,9 +30,10 @@ def main(snakemake):
                              for p in snakemake.input.prompts], ignore_index=True)
         log.info("the target's greedy answers (%d new tokens) to %d prompts", snakemake.params.new_tokens,
                  len(prompts))
-        answers = greedy_answers(session, prompts, snakemake.params.new_tokens, log=log.info)
         heads = {name: FeatureHead.load(path) for name, path in zip(snakemake.params.heads, snakemake.input.heads)}
-        table = agreement_table(target_parts(session), heads, answers, snakemake.params.k)
+        layers = sorted({i for head in heads.values() for i in head.config.fused_layers})  # any head fuses
+        answers = greedy_answers(session, prompts, snakemake.params.new_tokens, log=log.info, layers=layers)
+        table = agreement_table(target_parts(session), heads, answers, snakemake.params.k, layers)
         write_csv(table, snakemake.output.csv)
         write_text(to_markdown(table) + "\n", snakemake.output.md)
         summary = table.pivot_table(index=["head", "domain"], columns="position", values="tokens_per_pass")

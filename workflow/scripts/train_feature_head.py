@@ -36,7 +36,7 @@ def main(snakemake):
         settings = settings_from_config(snakemake.params.settings, f"draft_kinds.{snakemake.wildcards.head}")
         target, _ = load_model(snakemake.input.target, dtype="float32")
         data = [Path(d) for d in snakemake.input.data]
-        ids, features = load_head_data(*data)
+        ids, features = load_head_data(*data, layers=settings.fused_layers)
         log.info("training feature head %s on %d sequences (%d positions) from %s: %s", snakemake.wildcards.head,
                  len(ids), sum(map(len, ids)), ", ".join(map(str, data)), settings)
         init = FeatureHead.load(snakemake.input.init) if settings.init else None
@@ -45,8 +45,9 @@ def main(snakemake):
             raise ValueError(f"config key 'draft_kinds.{snakemake.wildcards.head}.vocab': {priced}, but the head it "
                              f"starts from ({snakemake.input.init}) drafts from {len(init.draft_vocab)} tokens")
         if init is not None:
-            log.info("starting from the trained head %s (%d-token drafting vocabulary)", snakemake.input.init,
-                     len(init.draft_vocab))
+            log.info("starting from the trained head %s (%d-token drafting vocabulary)%s", snakemake.input.init,
+                     len(init.draft_vocab), f", widened to fuse layers {list(settings.fused_layers)}"
+                     if settings.fused_layers and not init.config.fused_layers else "")
         head, curve = train_head_for(target, ids, features, settings, Path(snakemake.params.checkpoints),
                                      log=log.info, init=init)
         write_csv(curve, snakemake.output.loss)
