@@ -136,7 +136,8 @@ def layer_columns(rows: torch.Tensor, kept: Sequence[int], wanted: Sequence[int]
     beside the final hidden state: what a head that fuses `wanted` reads."""
     missing = sorted(set(wanted) - set(kept))
     if missing:
-        raise ValueError(f"a head fuses layers {list(wanted)}; the rows hold {list(kept)} beside the final hidden state")
+        raise ValueError(f"a head fuses layers {list(wanted)}; the rows hold {list(kept)} beside the final hidden "
+                         "state")
     parts = rows.unflatten(-1, (1 + len(kept), hidden))
     return parts[..., [0] + [1 + list(kept).index(i) for i in wanted], :].flatten(-2)
 
@@ -276,9 +277,9 @@ def unrolled_mask(rows: int, depth: int) -> torch.Tensor:
 def unrolled_predictions(head: FeatureHead, parts, inputs: torch.Tensor, embeddings: torch.Tensor,
                          positions: torch.Tensor, depths: int) -> list[torch.Tensor]:
     """The head's predicted features (after the target's norm), (rows, hidden) for each depth 0..depths-1, of one
-    sequence: depth 0 reads `inputs` (the target's feature rows of the previous positions); depth d reads depth d-1's prediction of
-    the previous row (row 0 keeps its input) and attends as drafting does d steps into a block (unrolled_mask).
-    Rows r < d of depth d have no such block and are not meant to be scored."""
+    sequence: depth 0 reads `inputs` (the target's feature rows of the previous positions); depth d reads depth
+    d-1's prediction of the previous row (row 0 keeps its input) and attends as drafting does d steps into a block
+    (unrolled_mask). Rows r < d of depth d have no such block and are not meant to be scored."""
     predictions, keys, values = [], [], []
     inputs = head.fold(inputs)  # the target's feature rows to the head's width (a prediction's)
     for depth in range(depths):

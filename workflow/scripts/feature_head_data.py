@@ -1,9 +1,10 @@
 """Snakemake script: the feature heads' training data — each training prompt with the target's greedy continuation
 and the target's features at every position, kept while generating -> resources/feature_head/data (sequences.parquet,
 features.safetensors); with new_tokens 0, text read in one forward (the corpus; a data directory's sequences: its
-text again, e.g. with params.layers' outputs kept beside the features). Runs the target's GGUF file on the lean engine (engine: gguf) or its prepared model as the
-study's runtime loads it (engine: safetensors), on params.runtime as given (the rule sets the engine's weights);
-resumes from resources/feature_head/data_parts after an interruption."""
+text again, e.g. with params.layers' outputs kept beside the features, the answers past their prompts in steps:
+params.stepped). Runs the target's GGUF file on the lean engine (engine: gguf) or its prepared model as the study's
+runtime loads it (engine: safetensors), on params.runtime as given (the rule sets the engine's weights); resumes from
+its params.parts directory after an interruption."""
 
 from specdec.study.interrupt import stops_politely  # first: Ctrl-C during the imports below is polite too
 
