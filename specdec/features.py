@@ -10,12 +10,15 @@ from typing import Sequence
 import torch
 
 
-def checked_layers(layers: Sequence[int], n_layers: int) -> tuple[int, ...]:
-    """`layers` as a tuple, once each increasing, each a decoder layer of a model of n_layers; a clear error else."""
+def checked_layers(layers: Sequence[int], n_layers: int | None) -> tuple[int, ...]:
+    """`layers` as a tuple, once each increasing, each a decoder layer of a model of n_layers (None: any number of
+    layers); a clear error else."""
     layers = tuple(layers)
-    if any(not isinstance(i, int) or isinstance(i, bool) or not 0 <= i < n_layers for i in layers) \
+    bound = float("inf") if n_layers is None else n_layers
+    if any(not isinstance(i, int) or isinstance(i, bool) or not 0 <= i < bound for i in layers) \
             or list(layers) != sorted(set(layers)):
-        raise ValueError(f"feature layers {list(layers)}: increasing distinct decoder layers in 0..{n_layers - 1}")
+        where = "(0-based)" if n_layers is None else f"in 0..{n_layers - 1}"
+        raise ValueError(f"feature layers {list(layers)}: increasing distinct decoder layers {where}")
     return layers
 
 

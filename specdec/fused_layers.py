@@ -128,7 +128,8 @@ class FusedLayers:
         if not isinstance(layers, range) or layers.step != 1 or not 0 <= layers.start < layers.stop <= n_layers:
             raise ValueError(f"layers must be a non-empty range(a, b) within range(0, {n_layers}), got {layers!r}")
         row_bytes = plan.shape[1] * plan.element_size()
-        seconds_at = 0 if layer_seconds is None else layer_seconds.data_ptr() + layers.start * 8
+        seconds_at = 0 if layer_seconds is None else \
+            layer_seconds.data_ptr() + layers.start * layer_seconds.element_size()
         _layers.forward(plan.data_ptr() + layers.start * row_bytes, len(layers), plan.shape[1], hidden.data_ptr(),
                         hidden.shape[0], start, c.hidden, c.heads, c.kv_heads, c.head_dim, c.ffn, self.max_length,
                         self.cos.data_ptr(), self.sin.data_ptr(), float(c.rms_eps), float(self.scale),

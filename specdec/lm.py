@@ -191,10 +191,9 @@ class PrefixMemoLM:
     def keep_hidden_states(self, layers: Sequence[int] = ()) -> None:
         """Memoise each prefix's final hidden state too (CachedLM.keep_hidden_states; with those `layers`' outputs
         beside it), for hidden_states()."""
-        if self._hidden is not None and tuple(layers) != tuple(self._model.feature_layers):
-            raise ValueError(f"this memo already keeps the outputs of layers {list(self._model.feature_layers)}; "
-                             f"asked for {list(layers)}")
-        if self._hidden is None:
+        if self._hidden is not None:
+            self._model.keep_hidden_states(layers)  # the session's check: the same layers again, or a clear error
+        else:
             if self._memo and self._frozen:
                 raise RuntimeError("keep_hidden_states on a restricted memo that kept none")
             self._memo.clear()  # computed without their hidden states: computed again on demand

@@ -41,6 +41,7 @@ from ..attention import MAX_INVARIANT_ROWS
 from ..decode import generate_baseline
 from ..drafts.feature_head import WEIGHTS_FILE, FeatureHead, HeadConfig, TargetParts, untrained_head
 from ..errors import DraftSpecError
+from ..features import checked_layers
 from .distill import resume_training, save_checkpoint
 from .io import atomic_directory, atomic_path, write_text
 
@@ -87,11 +88,11 @@ class FeatureHeadSettings:
         if not 0 < self.unroll_decay <= 1:
             raise DraftSpecError(f"training unroll_decay {self.unroll_decay!r}: a weight in (0, 1]")
         object.__setattr__(self, "data", tuple(self.data))
-        object.__setattr__(self, "fused_layers", tuple(self.fused_layers))
-        if any(not isinstance(i, int) or isinstance(i, bool) or i < 0 for i in self.fused_layers) \
-                or list(self.fused_layers) != sorted(set(self.fused_layers)):
+        try:  # the sessions' own check, without their number of layers (the data and the target check that)
+            object.__setattr__(self, "fused_layers", checked_layers(self.fused_layers, None))
+        except ValueError:
             raise DraftSpecError(f"training fused_layers {list(self.fused_layers)!r}: increasing distinct decoder "
-                                 "layers (0-based)")
+                                 "layers (0-based)") from None
 
     def learning_rate_at(self, step: int) -> float:
         """The learning rate of step `step` (0-based): linear warm-up, then the schedule."""
@@ -298,8 +299,7 @@ def head_losses(head: FeatureHead, parts: TargetParts, features: torch.Tensor, i
                 noise: float = 0.0, generator: torch.Generator | None = None, rows: torch.Tensor | None = None,
                 depths: int = 1, decay: float = 0.8) -> tuple[torch.Tensor, torch.Tensor]:
     """(feature loss, token loss) of one sequence: features (n, feature_width: the final hidden state and any fused
-    layers' outputs), ids (n,). Depth 0 (teacher forcing): the
-    means over positions 1..n-1. With depths > 1 (training-time drafting, as EAGLE-3's "training-time test"): the
+    layers' outputs), ids (n,). Depth 0 (teacher forcing): the means over positions 1..n-1. With depths > 1 (training-time drafting, as EAGLE-3's "training-time test"): the
     head also drafts d = 1..depths-1 steps on its own predicted features (unrolled_predictions), each depth scored
     on the positions it predicts, the depths' losses averaged with weights decay**d.
     rows: the LM head's rows of the head's drafting vocabulary (parts.head_rows; a training loop gathers them once)."""
