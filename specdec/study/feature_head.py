@@ -299,9 +299,10 @@ def head_losses(head: FeatureHead, parts: TargetParts, features: torch.Tensor, i
                 noise: float = 0.0, generator: torch.Generator | None = None, rows: torch.Tensor | None = None,
                 depths: int = 1, decay: float = 0.8) -> tuple[torch.Tensor, torch.Tensor]:
     """(feature loss, token loss) of one sequence: features (n, feature_width: the final hidden state and any fused
-    layers' outputs), ids (n,). Depth 0 (teacher forcing): the means over positions 1..n-1. With depths > 1 (training-time drafting, as EAGLE-3's "training-time test"): the
-    head also drafts d = 1..depths-1 steps on its own predicted features (unrolled_predictions), each depth scored
-    on the positions it predicts, the depths' losses averaged with weights decay**d.
+    layers' outputs), ids (n,). Depth 0 (teacher forcing): the means over positions 1..n-1. With depths > 1
+    (training-time drafting, as EAGLE-3's "training-time test"): the head also drafts d = 1..depths-1 steps on its
+    own predicted features (unrolled_predictions), each depth scored on the positions it predicts, the depths' losses
+    averaged with weights decay**d.
     rows: the LM head's rows of the head's drafting vocabulary (parts.head_rows; a training loop gathers them once)."""
     if rows is None:
         rows = parts.head_rows(head.draft_vocab)
