@@ -168,6 +168,13 @@ def test_whole_dag_produces_the_tables_plots_and_provenance(tiny_study):
     kernel = config["runtime"]["linear_kernel"]
     profile, = root.glob(f"results/machines/*/{kernel}/profiles/tiny-wide.csv")  # kept per machine and kernel
     assert set(pd.read_csv(profile)["m"]) == {1, 2, 3}  # up to max k + 1
+    # the feature head's draft step is profiled beside the target (an untrained head of its vocabulary and dtype)
+    # and prices its c in the machine's fit
+    head_profile = profile.parent / "feature-head-v48-float32.csv"
+    assert set(pd.read_csv(head_profile)["vocab_size"]) == {48} and set(pd.read_csv(head_profile)["m"]) == {1}
+    fitted = pd.read_csv(profile.parent.parent / "fitted_drafts_c.csv").set_index("draft")
+    assert fitted.loc["head1", "c_measured_by"] == "profile of feature-head-v48-float32"
+    assert 0 < fitted.loc["head1", "c_measured"] < 1
     assert "verdict:" in (root / "results/tables/costmodel_verdict.md").read_text()
     for plot in ["layer_time_vs_width.png", "predicted_vs_measured.png"]:
         assert (root / "results/plots" / plot).read_bytes()[:4] == b"\x89PNG"

@@ -337,6 +337,12 @@ class FeatureHeadDraft:
         self._cache = HeadCache()
         self._drafted_from = 0  # the last head position of the block fed with a target feature
 
+    @property
+    def step_bytes(self) -> int:
+        """Bytes of the weights one draft step reads: the drafting copy's layer, fc and norms and its LM head rows
+        (in their drafting dtype; Q8_0 layers by their blocks)."""
+        return _weight_bytes(self.head) + _weight_bytes(self._rows)
+
     def attach_target(self, session) -> None:
         """The target session of the decoding loop (before its prompt pass): it keeps the features we read."""
         keep = getattr(session, "keep_hidden_states", None)
@@ -469,6 +475,13 @@ class Q8Linear(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         rows = x.reshape(-1, x.shape[-1])
         return self.weight.matmul(rows, self.bias).reshape(*x.shape[:-1], self.weight.out_features)
+
+
+def _weight_bytes(module: nn.Module) -> int:
+    """Bytes of a module's weights as drafting reads them: its parameters and its Q8Linear layers' blocks and biases."""
+    q8 = [m for m in module.modules() if isinstance(m, Q8Linear)]
+    return (sum(p.numel() * p.element_size() for p in module.parameters())
+            + sum(m.weight.nbytes + (0 if m.bias is None else m.bias.numel() * m.bias.element_size()) for m in q8))
 
 
 def _quantized_copy(head: FeatureHead, rows: torch.Tensor) -> tuple[FeatureHead, nn.Module]:

@@ -208,14 +208,25 @@ def draft_shapes(draft_specs: dict[str, dict], profile_shapes: dict, target: str
     return shapes
 
 
+def head_step(cost, base_spec: dict) -> tuple[int | None, str]:
+    """What a feature head drafts with: (its drafting vocabulary's size, its own `vocab` or that of the head it drafts
+    with; None: the whole vocabulary) and its drafting dtype (default: fp32)."""
+    return cost.head_vocab or base_spec.get("vocab"), cost.dtype or base_spec.get("dtype") or "float32"
+
+
+def head_profile_name(vocab: int | None, dtype: str) -> str:
+    """The profile of a head's draft step of this vocabulary and dtype (the machine fit's; one for every draft that
+    drafts so: the step's cost does not depend on the trained weights)."""
+    return f"feature-head-v{vocab or 'all'}-{dtype}"
+
+
 def head_shape(target, cost, base_spec: dict):
     """What a feature head's step reads: one layer shaped like the target's, its fc (2 hidden x hidden: counted as
-    2 hidden / 3 more MLP rows, the same number of weights), and the LM head's rows of its drafting vocabulary (its
-    own `vocab`, or that of the head it drafts with), all in its dtype (default: fp32)."""
-    vocab = cost.head_vocab or base_spec.get("vocab") or target.vocab
-    dtype_bytes = DTYPE_BYTES[cost.dtype or base_spec.get("dtype") or "float32"]
-    return replace(target, n_layers=1, intermediate=target.intermediate + 2 * target.hidden // 3, vocab=int(vocab),
-                   dtype_bytes=dtype_bytes, head_dtype_bytes=None)
+    2 hidden / 3 more MLP rows, the same number of weights), and the LM head's rows of its drafting vocabulary, all
+    in its dtype (head_step)."""
+    vocab, dtype = head_step(cost, base_spec)
+    return replace(target, n_layers=1, intermediate=target.intermediate + 2 * target.hidden // 3,
+                   vocab=int(vocab or target.vocab), dtype_bytes=DTYPE_BYTES[dtype], head_dtype_bytes=None)
 
 
 def drafts_table(costmodel: pd.DataFrame, draft_specs: dict[str, dict], shapes: dict, target_shape,
@@ -257,8 +268,9 @@ FITTED_DRAFT_COLUMNS = ["draft", "kind", "draft_layers", "target_layers", "depth
 def fitted_draft_costs(profiles: pd.DataFrame, target: str, draft_specs: dict[str, dict], predict_c,
                        profiled_dtype: str = "float32") -> pd.DataFrame:
     """Per draft, without decoding: its depth and bytes ratios, c the fit predicts (`predict_c(shape)`) and, where
-    the profiles hold what one of its steps runs (a model profiled in its own dtype, the target's first layers), c
-    measured as profiled one-token forwards (draft / target). A draft whose own model was not profiled but whose
+    the profiles hold what one of its steps runs (a model profiled in its own dtype, the target's first layers, a
+    feature head's draft step of its vocabulary and dtype: head_profile_name), c measured as profiled one-token
+    forwards (draft / target). A draft whose own model was not profiled but whose
     shapes are a profiled draft's (a distilled cut beside the truncated cut of the same layers: the same products
     over the same bytes) takes that draft's c, marked "profile of <draft>". A draft the profiles cannot price is
     left out."""
@@ -273,6 +285,9 @@ def fitted_draft_costs(profiles: pd.DataFrame, target: str, draft_specs: dict[st
     draft_shape = draft_shapes(priceable, shapes, target)
     measured = {name: float(costs[name].loc[1] / forward.loc[(target, 1)])
                 for name in draft_shape if costs.get(name) is not None}
+    heads = {name: head_profile_name(*head_step(get_kind(spec["kind"]).cost(name, spec),
+                                                draft_specs.get(spec.get("head")) or {}))
+             for name, spec in priceable.items() if get_kind(spec["kind"]).cost(name, spec).head_layer}
     profiled_by_shape = {draft_shape[name]: name for name in measured if draft_shape[name] is not None}
     rows = []
     for name, shape in draft_shape.items():
@@ -282,6 +297,9 @@ def fitted_draft_costs(profiles: pd.DataFrame, target: str, draft_specs: dict[st
         if measured_by is None and one_forward and shape in profiled_by_shape:
             twin = profiled_by_shape[shape]
             c_measured, measured_by = measured[twin], f"profile of {twin}"
+        elif name in heads and heads[name] in profiled and not spec.get("lookup"):  # a lookup mix: its blocks
+            c_measured = float(forward.loc[(heads[name], 1)] / forward.loc[(target, 1)])
+            measured_by = f"profile of {heads[name]}"
         rows.append({"draft": name, "kind": spec["kind"],
                      "draft_layers": shape.n_layers if shape else 0, "target_layers": target_shape.n_layers,
                      "depth_ratio": shape.n_layers / target_shape.n_layers if shape else 0.0,

@@ -171,8 +171,52 @@ class _LeanProfileSession(_ProfileSession):
         pass
 
 
+class _HeadProfileSession(_ProfileSession):
+    """A feature head's draft step (specdec.drafts.feature_head.FeatureHeadDraft, in its drafting dtype and kernels):
+    its own KV cache filled to `context_length` positions, then one position more per timed step, as drafting feeds
+    its predicted feature and the drafted token: m = 1 only (a head drafts one token a step; its catch-up over the
+    verified positions is the decode jobs' to measure). The shape is the step's: one target-shaped layer, the
+    drafting vocabulary's LM head rows; bytes: what a step reads (FeatureHeadDraft.step_bytes)."""
+
+    def __init__(self, draft, context_length: int, positions: Sequence[int], seed: int):
+        from specdec.drafts.feature_head import HeadCache
+
+        c = draft.head.config
+        self.model, self.context_length, self.positions = draft, context_length, [1]
+        vocab, step_bytes = len(draft.head.draft_vocab), draft.step_bytes
+        # weights per step as the fit counts a head's (prediction.head_shape: its fc as 2 hidden / 3 more MLP rows)
+        weights = ModelShape(1, c.hidden_size, c.intermediate_size + 2 * c.hidden_size // 3, vocab, 1,
+                             c.kv_heads * c.head_dim).step_bytes
+        self.shape = {"n_layers": 1, "hidden_size": c.hidden_size, "intermediate_size": c.intermediate_size,
+                      "vocab_size": vocab, "kv_dim": c.kv_heads * c.head_dim, "dtype_bytes": step_bytes / weights}
+        self.sizes = {("forward", None): step_bytes}
+        generator = torch.Generator().manual_seed(seed)
+        self.features = torch.randn(context_length + 1, c.hidden_size, generator=generator).to(draft._dtype)
+        self.tokens = draft.head.draft_vocab[torch.randint(0, vocab, (context_length + 1,), generator=generator)]
+        self.cache = HeadCache()
+        draft._step(self.features[:context_length], self.tokens[:context_length], 1, self.cache)
+        self.rows = []
+
+    def _timed(self, m: int) -> dict:
+        end = self.context_length + m
+        start = time.perf_counter()
+        self.model._step(self.features[self.context_length:end], self.tokens[self.context_length:end],
+                         self.context_length + 1, self.cache)
+        whole = time.perf_counter() - start
+        self.cache.crop(self.context_length)
+        return {("forward", None): whole}
+
+    def close(self):
+        pass
+
+
 def _session_for(model, context_length: int, positions: Sequence[int], seed: int) -> _ProfileSession:
-    lean = hasattr(model, "timed_extend")  # a LeanLM (imported lazily: the bandwidth stage needs none of it)
+    # imported lazily: the bandwidth stage needs none of it
+    from specdec.drafts.feature_head import FeatureHeadDraft
+
+    if isinstance(model, FeatureHeadDraft):
+        return _HeadProfileSession(model, context_length, positions, seed)
+    lean = hasattr(model, "timed_extend")  # a LeanLM
     return (_LeanProfileSession if lean else _ProfileSession)(model, context_length, positions, seed)
 
 

@@ -17,6 +17,7 @@ from specdec.runtime import Runtime
 from specdec.native_build import kernel_build, stale_native_modules
 from specdec.study.config import draft_spec as _draft_spec, validate_config
 from specdec.study.machine import machine_id
+from specdec.study.prediction import head_profile_name, head_step
 from specdec.study.prompts import domain_source_sets, source_file_name
 
 
@@ -257,6 +258,24 @@ MACHINE_DIR = f"{MACHINES}/{MACHINE}/{'gguf' if GGUF else RUNTIME['linear_kernel
 
 def profile_files(drafts):
     return [f"{MACHINE_DIR}/profiles/{name}.csv" for name in profiled_models(drafts)]
+
+
+def head_profiles():
+    """{profile name: {vocab, dtype}} of the feature heads' draft steps among the drafts the machine's fit prices
+    (prediction.head_profile_name): profiled with the fit's models, as an untrained head of that vocabulary and
+    dtype (a step costs the same whatever its weights, so no training is needed to price it)."""
+    heads = {}
+    for name in machine_fit_drafts():
+        cost = draft_kind(name).cost(name, draft_spec(name))
+        if cost.head_layer:
+            base = draft_spec(draft_spec(name)["head"]) if draft_spec(name).get("head") else {}
+            vocab, dtype = head_step(cost, base)
+            heads[head_profile_name(vocab, dtype)] = {"vocab": vocab, "dtype": dtype}
+    return dict(sorted(heads.items()))
+
+
+def head_profile_files():
+    return [f"{MACHINE_DIR}/profiles/{name}.csv" for name in head_profiles()]
 
 
 def profiled_source(name):

@@ -51,9 +51,12 @@ rule profile_fit_models:
         kernels=[kernel_table(name, RUNTIME["dtype"]) for name in FIT_MODELS]
         if RUNTIME["linear_kernel"] in TIMED_KERNELS and not GGUF else [],
     output:
-        profile_files(config["drafts"]),
+        # the fit's models' profiles, then the feature heads' draft steps' (priced beside the target they draft for)
+        [*profile_files(config["drafts"]), *head_profile_files()],
     params:
         names=FIT_MODELS,
+        target=config["target"],
+        heads=head_profiles(),
         layers=[profiled_source(name)[1] for name in FIT_MODELS],
         profiling=PROFILING,
         positions=list(range(1, max(DECODING["k"]) + 2)),
@@ -118,7 +121,9 @@ rule machine_fit:
         # the fit: the study's models, the same set on every machine so that fits compare
         profiles=profile_files(config["drafts"]),
         # any other model this machine has a profile of (e.g. a truncated draft's): its c measured, not the fit
-        others=sorted(set(glob.glob(f"{MACHINE_DIR}/profiles/*.csv")) - set(profile_files(config["drafts"]))),
+        others=sorted(set(glob.glob(f"{MACHINE_DIR}/profiles/*.csv")) - set(profile_files(config["drafts"]))
+                      - set(head_profile_files())),
+        heads=head_profile_files(),
     output:
         terms=f"{MACHINE_DIR}/costmodel_terms.csv",
         verify=f"{MACHINE_DIR}/verify_cost.csv",

@@ -32,7 +32,7 @@ def main(snakemake):
         inputs, outputs, params = snakemake.input, snakemake.output, snakemake.params
         load_plugins(params.plugins)
         profiles = read_parquets(inputs.profiles)
-        everything = read_parquets([*inputs.profiles, *inputs.others])
+        everything = read_parquets([*inputs.profiles, *inputs.others, *inputs.heads])
         shapes = profiled_shapes(profiles)
         fit = fit_cost_model(profiles, n_boot=int(params.n_boot))
         target = shapes[params.target]

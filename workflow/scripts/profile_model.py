@@ -1,7 +1,8 @@
 """Snakemake script: per-component timings of prepared models (or, in the gguf regime, of lean sessions over GGUF
 files), m = 1 .. max(k) + 1 -> one CSV per model (kept per machine). One model (profile_model, wildcard `profiled`)
 or the fit's models together, interleaved repeat by repeat (profile_fit_models, params.names), so that the
-machine's drift lands on every model alike."""
+machine's drift lands on every model alike; with them, the feature heads' draft steps over the target
+(params.heads: an untrained head per drafting vocabulary and dtype, one CSV each after the models')."""
 
 from specdec.study.interrupt import stops_politely  # first: Ctrl-C during the imports below is polite too
 
@@ -34,6 +35,21 @@ def gguf_sessions(names, paths, layers, runtime: Runtime, max_length: int) -> di
             for name, path, n in zip(names, paths, layers, strict=True)}
 
 
+def head_drafts(heads: dict, target) -> dict:
+    """{profile name: FeatureHeadDraft}: an untrained head of each vocabulary and dtype over the target as the decode
+    jobs run it (its embeddings, norm and LM head rows; its drafting copy on the same kernels)."""
+    import torch
+
+    from specdec.drafts.feature_head import Q8_0, FeatureHeadDraft, untrained_head
+
+    drafts = {}
+    for name, head in heads.items():
+        vocab = min(int(head["vocab"] or target.config.vocab_size), int(target.config.vocab_size))
+        dtype = head["dtype"] if head["dtype"] == Q8_0 else getattr(torch, head["dtype"])
+        drafts[name] = FeatureHeadDraft(untrained_head(target, range(vocab)), target, dtype=dtype)
+    return drafts
+
+
 def main(snakemake):
     with log_to(snakemake.log[0]):
         settings, inputs = snakemake.params.profiling, snakemake.input
@@ -48,6 +64,10 @@ def main(snakemake):
         else:  # as the study runs them (dtype, linear kernel)
             models = {name: load_for_decoding(directory, runtime, read_backend_tables(table))[0]
                       for name, directory, table in zip(names, as_list(inputs.models), kernels, strict=True)}
+        heads = dict(snakemake.params.get("heads") or {})
+        if heads:
+            models.update(head_drafts(heads, models[snakemake.params.target]))
+            names += list(heads)
         log.info("profiling %s interleaved: m in %s, context %s, %s repeats, runtime %s", names, positions,
                  settings.get("context_length", 256), settings.get("repeats", 10), runtime)
         tables = profile_models(models, context_length=context_length, positions=positions,
