@@ -270,10 +270,10 @@ def fitted_draft_costs(profiles: pd.DataFrame, target: str, draft_specs: dict[st
     """Per draft, without decoding: its depth and bytes ratios, c the fit predicts (`predict_c(shape)`) and, where
     the profiles hold what one of its steps runs (a model profiled in its own dtype, the target's first layers, a
     feature head's draft step of its vocabulary and dtype: head_profile_name), c measured as profiled one-token
-    forwards (draft / target). A draft whose own model was not profiled but whose
-    shapes are a profiled draft's (a distilled cut beside the truncated cut of the same layers: the same products
-    over the same bytes) takes that draft's c, marked "profile of <draft>". A draft the profiles cannot price is
-    left out."""
+    forwards (draft / target). A draft whose own model was not profiled but whose shapes are a profiled draft's (a
+    distilled cut beside the truncated cut of the same layers: the same products over the same bytes) takes that
+    draft's c, marked "profile of <draft>"; a head, "profile of <its step's profile>". A draft the profiles cannot
+    price is left out."""
     shapes = profiled_shapes(profiles)
     target_shape = shapes[target]
     forward = forward_seconds(profiles)
