@@ -266,9 +266,10 @@ def head_profiles():
     dtype (a step costs the same whatever its weights, so no training is needed to price it)."""
     heads = {}
     for name in machine_fit_drafts():
-        cost = draft_kind(name).cost(name, draft_spec(name))
+        spec = draft_spec(name)
+        cost = draft_kind(name).cost(name, spec)
         if cost.head_layer:
-            base = draft_spec(draft_spec(name)["head"]) if draft_spec(name).get("head") else {}
+            base = draft_spec(spec["head"]) if spec.get("head") else {}
             vocab, dtype = head_step(cost, base)
             heads[head_profile_name(vocab, dtype)] = {"vocab": vocab, "dtype": dtype}
     return dict(sorted(heads.items()))

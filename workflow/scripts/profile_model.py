@@ -37,16 +37,17 @@ def gguf_sessions(names, paths, layers, runtime: Runtime, max_length: int) -> di
 
 def head_drafts(heads: dict, target) -> dict:
     """{profile name: FeatureHeadDraft}: an untrained head of each vocabulary and dtype over the target as the decode
-    jobs run it (its embeddings, norm and LM head rows; its drafting copy on the same kernels)."""
-    import torch
+    jobs run it (its embeddings, norm and LM head rows; its drafting copy on the same kernels), built by the
+    feature_head kind itself from a spec of that vocabulary and dtype."""
+    from specdec.drafts import DraftResources, get_kind
 
-    from specdec.drafts.feature_head import Q8_0, FeatureHeadDraft, untrained_head
-
+    kind = get_kind("feature_head")
     drafts = {}
     for name, head in heads.items():
-        vocab = min(int(head["vocab"] or target.config.vocab_size), int(target.config.vocab_size))
-        dtype = head["dtype"] if head["dtype"] == Q8_0 else getattr(torch, head["dtype"])
-        drafts[name] = FeatureHeadDraft(untrained_head(target, range(vocab)), target, dtype=dtype)
+        spec = {"kind": "feature_head", "vocab": head["vocab"], "dtype": head["dtype"]}
+        resources = DraftResources(target=target, vocab_size=int(target.config.vocab_size), eos_token_ids=frozenset(),
+                                   draft_model=lambda spec=spec: kind.untrained(spec, target))
+        drafts[name] = kind.build(spec, resources)
     return drafts
 
 
