@@ -35,14 +35,19 @@ DISTILLATION = config.get("distillation") or {}
 # Where training prompts come from (default: the evaluation domains' sources, minus the evaluation prompts).
 TRAINING_DOMAINS = DISTILLATION.get("domains") or config["domains"]
 PLUGINS = config.get("plugins") or []
-# Where a run writes: the study in results/, logs/ and benchmarks/; another results_dir (the quick run's) gets logs
-# and benchmarks of its own too, so runs never overwrite each other. Models and downloads (resources/) are shared.
-R = config["results_dir"]
 # Torch threads of every timed job, and part of the machine id: runtime.threads, whatever --cores is, so that
 # `--cores 1` reuses the tables and fits of `--cores 2`. Rules declare it as their threads so Snakemake runs a timed
 # job alone (it caps a job's declared threads at --cores, which bounds only how many jobs run at once); the job
 # scripts read runtime.threads, not snakemake.threads.
 THREADS = RUNTIME["threads"]
+# Profiles and fits are kept per machine and engine kernel: a run on another machine adds its own directory.
+# SPECDEC_MACHINE names the machine instead (e.g. a cluster's node type, or a test's second machine).
+MACHINE = os.environ.get("SPECDEC_MACHINE") or machine_id(threads=THREADS)
+# Where a run writes: the study in results/, logs/ and benchmarks/; another results_dir (the quick run's) gets logs
+# and benchmarks of its own too, so runs never overwrite each other. Models and downloads (resources/) are shared.
+# "{machine}" in results_dir stands for the machine id (MACHINE), so one layer run on several CPU types writes
+# one directory per type beside the others (experiments/*/config.yaml).
+R = config["results_dir"].replace("{machine}", MACHINE)
 if isinstance(workflow.cores, int) and workflow.cores < THREADS:
     print(f"specdec: --cores {workflow.cores} < runtime.threads {THREADS}: timed jobs run {THREADS} torch threads "
           "(runtime.threads) one at a time; --cores bounds how many jobs run at once", file=sys.stderr)
@@ -246,11 +251,8 @@ def profiled_models(drafts):
     return list(dict.fromkeys(names + list(PROFILING.get("extra_models", []))))
 
 
-# Profiles and fits are kept per machine and engine kernel: a run on another machine adds its own directory.
-# SPECDEC_MACHINE names the machine instead (e.g. a cluster's node type, or a test's second machine).
 # machines_dir (default {results_dir}/machines) lets a layer's runs (config/machine-check.yaml) add their cells to the
 # study's machines, whose verdict reads every directory there.
-MACHINE = os.environ.get("SPECDEC_MACHINE") or machine_id(threads=THREADS)
 MACHINES = config.get("machines_dir") or f"{R}/machines"
 # the gguf regime's quantized kernel has no linear_kernel choice: its fits would go under .../gguf
 MACHINE_DIR = f"{MACHINES}/{MACHINE}/{'gguf' if GGUF else RUNTIME['linear_kernel']}"
