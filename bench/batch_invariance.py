@@ -27,7 +27,7 @@ import pandas as pd
 import torch
 
 from specdec.lm import CachedLM
-from specdec.loading import Runtime, load_for_decoding
+from specdec.fp32.loading import Runtime, load_for_decoding
 from specdec.study.io import write_csv
 
 
@@ -70,8 +70,8 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     if args.gguf:
-        from specdec import quant
-        from specdec.lean import LeanLM
+        from specdec.gguf import quant
+        from specdec.gguf.lean import LeanLM
 
         kernels, model_name = args.kernels or list(quant.kernels()), Path(args.gguf).name
         os.environ[quant.LAYOUT_ENV] = "rows"

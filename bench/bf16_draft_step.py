@@ -14,14 +14,14 @@ import argparse
 
 import torch
 
-from specdec.kernels import (
+from specdec.fp32.kernels import (
     RowAdaptiveBf16Linear,
     available_bf16_backends,
     backend_spans,
     tune_row_adaptive_bf16,
     use_row_adaptive_bf16_linear,
 )
-from specdec.loading import load_model
+from specdec.fp32.loading import load_model
 from specdec.study.profiling import memory_bandwidth
 from specdec.study.roofline import kernel_roofline
 

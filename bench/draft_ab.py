@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from specdec.kernels import BF16_MAX_ROWS, RowAdaptiveBf16Linear
-from specdec.loading import Runtime, load_for_decoding
+from specdec.fp32.kernels import BF16_MAX_ROWS, RowAdaptiveBf16Linear
+from specdec.fp32.loading import Runtime, load_for_decoding
 from specdec.study.ab import draft_ab_table, run_draft_ab
 from specdec.study.io import write_csv
 from specdec.study.jobs import make_draft

@@ -20,10 +20,10 @@ import pandas as pd
 import torch
 
 from specdec.drafts.feature_head import FeatureHeadDraft, untrained_head
-from specdec.gguf_loading import load_gguf_for_decoding
-from specdec.kernels import linear_backends
+from specdec.gguf.loading import load_gguf_for_decoding
+from specdec.fp32.kernels import linear_backends
 from specdec.lm import CachedLM
-from specdec.loading import Runtime, load_for_decoding
+from specdec.fp32.loading import Runtime, load_for_decoding
 from specdec.sampling import SamplingConfig
 from specdec.study.io import write_csv
 from specdec.study.machine import machine_record

@@ -17,7 +17,7 @@ import torch
 
 from specdec.decode import generate_speculative
 from specdec.drafts.feature_head import FeatureHead, FeatureHeadDraft
-from specdec.gguf_loading import load_gguf_for_decoding
+from specdec.gguf.loading import load_gguf_for_decoding
 from specdec.runtime import Runtime
 
 

@@ -23,9 +23,9 @@ import torch
 
 from specdec.drafts.hybrid import lookup_drafts_block
 from specdec.drafts.lookup import PromptLookupDraft
-from specdec.kernels import use_row_adaptive_bf16_linear
+from specdec.fp32.kernels import use_row_adaptive_bf16_linear
 from specdec.lm import CachedLM
-from specdec.loading import load_model
+from specdec.fp32.loading import load_model
 
 CATCHUP_ROWS = (1, 2, 9, 16, 32, 64)
 

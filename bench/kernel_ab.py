@@ -23,10 +23,10 @@ from pathlib import Path
 import pandas as pd
 import yaml
 
-from specdec import quant
+from specdec.gguf import quant
 from specdec.decode import generate_baseline, generate_speculative
-from specdec.kernels import kernel_build
-from specdec.loading import Runtime
+from specdec.fp32.kernels import kernel_build
+from specdec.fp32.loading import Runtime
 from specdec.study.interleave import run_interleaved
 from specdec.study.io import write_csv
 from specdec.study.jobs import load_target, make_draft

@@ -19,8 +19,8 @@ import time
 import numpy as np
 import torch
 
-from specdec.gguf_model import read_gguf
-from specdec.lean import LeanLM
+from specdec.gguf.model import read_gguf
+from specdec.gguf.lean import LeanLM
 from specdec.study.profiling import memory_bandwidth
 
 FORWARDS = {"fused": True, "python": False}

@@ -18,8 +18,8 @@ import time
 
 import torch
 
-from specdec import quant
-from specdec.lean import LeanLM
+from specdec.gguf import quant
+from specdec.gguf.lean import LeanLM
 from specdec.study.profiling import memory_bandwidth
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from specdec.loading import Runtime, load_for_decoding
+from specdec.fp32.loading import Runtime, load_for_decoding
 from specdec.study.costmodel import fit_cost_model, profiled_shapes
 from specdec.study.jobs import read_backend_tables
 from specdec.study.machines import MachineFit

@@ -1,4 +1,4 @@
-"""Time the quantized product (specdec/_quant.c) on the target's weight shapes against the bandwidth floor.
+"""Time the quantized product (specdec/native/_quant.c) on the target's weight shapes against the bandwidth floor.
 
     python bench/quant_kernel.py [--gguf resources/gguf/qwen2.5-coder-1.5b-instruct.gguf] [--rows 1 2 4 9 16]
         [--kernels avx512-vnni amx] [--layouts rows r16] [--types Q4_K]
@@ -18,8 +18,8 @@ import numpy as np
 import torch
 from gguf import GGUFReader
 
-from specdec import quant
-from specdec.quant import QuantMatrix
+from specdec.gguf import quant
+from specdec.gguf.quant import QuantMatrix
 
 
 def matrices(path: str, kind: str, types=None) -> list[QuantMatrix]:

@@ -1,4 +1,4 @@
-"""Is the quantized engine the same model? Next-token agreement between the GGUF engine (specdec.lean, 8-bit
+"""Is the quantized engine the same model? Next-token agreement between the GGUF engine (specdec.gguf.lean, 8-bit
 activations per block) and the fp32 engine on the same GGUF file's dequantised weights (issue 25, item 4).
 
     python bench/same_model.py --out results/gguf/tables/same_model.csv [--prompts 5] [--tokens 32]
@@ -15,9 +15,9 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from specdec.lean import LeanLM
+from specdec.gguf.lean import LeanLM
 from specdec.lm import CachedLM
-from specdec.loading import Runtime, load_for_decoding
+from specdec.fp32.loading import Runtime, load_for_decoding
 from specdec.study.io import write_csv
 
 

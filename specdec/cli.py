@@ -17,7 +17,7 @@ import time
 from typing import Sequence
 
 EXIT_OK, EXIT_IDENTITY, EXIT_USAGE = 0, 1, 2
-GGUF_SUFFIX = ".gguf"  # specdec.gguf_loading's; not imported here, so that --help stays fast
+GGUF_SUFFIX = ".gguf"  # specdec.gguf.loading's; not imported here, so that --help stays fast
 
 
 class UsageError(ValueError):
@@ -32,7 +32,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _build_parser() -> argparse.ArgumentParser:
-    from specdec.loading import LINEAR_KERNELS
+    from specdec.fp32.loading import LINEAR_KERNELS
 
     parser = _Parser(prog="specdec", description="Exact speculative decoding.")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -121,7 +121,7 @@ def _status(msg: str) -> None:
 
 
 def _load(path: str, role: str, args: argparse.Namespace, dtype: str):
-    from specdec.loading import Runtime, load_for_decoding, read_manifest
+    from specdec.fp32.loading import Runtime, load_for_decoding, read_manifest
 
     read_manifest(path)  # a clear InvalidModelDirError for a missing or unprepared directory
     start = time.perf_counter()
@@ -132,8 +132,8 @@ def _load(path: str, role: str, args: argparse.Namespace, dtype: str):
 
 
 def _load_gguf(path: str, role: str, max_length: int, header):
-    from specdec.gguf_loading import load_gguf_for_decoding
-    from specdec.loading import Runtime
+    from specdec.gguf.loading import load_gguf_for_decoding
+    from specdec.fp32.loading import Runtime
 
     start = time.perf_counter()
     session, _ = load_gguf_for_decoding(path, Runtime(weights="gguf"), max_length=max_length)
@@ -161,7 +161,7 @@ def _prompt_ids(args: argparse.Namespace, tok):
 def _load_directories(args: argparse.Namespace):
     """Prepared model directories: (target, draft or None, tokenizer, prompt ids)."""
     from specdec.drafts import EarlyExitDraft
-    from specdec.loading import check_same_vocabulary, read_manifest
+    from specdec.fp32.loading import check_same_vocabulary, read_manifest
 
     # Check both directories before loading anything heavy.
     read_manifest(args.target)
@@ -185,8 +185,8 @@ def _load_directories(args: argparse.Namespace):
 def _load_gguf_pair(args: argparse.Namespace):
     """GGUF files: (target session, draft session or None, the target file's tokenizer, prompt ids). Both headers
     are checked (tensor types, architecture, vocabularies) before any weights are read."""
-    from specdec.gguf_loading import GGUFVocabulary, check_gguf, first_layers, load_gguf_tokenizer
-    from specdec.loading import check_same_vocabulary
+    from specdec.gguf.loading import GGUFVocabulary, check_gguf, first_layers, load_gguf_tokenizer
+    from specdec.fp32.loading import check_same_vocabulary
 
     headers = {args.target: check_gguf(args.target)}
     if args.draft is not None:

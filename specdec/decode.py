@@ -44,7 +44,7 @@ class StepRecord:
     catchup_tokens: int
     verify_seconds: float  # the target's forward pass (the one-token step in the baseline)
     decide_seconds: float  # warping, the accept test and sampling
-    kernel: str = ""  # the linear backends that target pass ran on (specdec/kernels.py), where the session says
+    kernel: str = ""  # the linear backends that target pass ran on (specdec/fp32/kernels.py), where the session says
     draft_kernel: str = ""  # the draft model's linear backends for a one-token draft step ("" without a draft model)
 
 

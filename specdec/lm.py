@@ -15,7 +15,7 @@ import torch
 from transformers import DynamicCache, PreTrainedModel
 
 from .features import KeepsFeatures
-from .kernels import linear_backends
+from specdec.fp32.kernels import linear_backends
 
 
 class LanguageModelSession(Protocol):

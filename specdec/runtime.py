@@ -19,11 +19,11 @@ class Runtime:
     the backend measured fastest on this machine per weight shape and row count: up to 5% faster one-token steps on
     an Intel Xeon with AMX, nothing on the AMD EPYC (docs/performance.md), but a verify pass then sums in other
     orders than a step. "default" keeps torch's nn.Linear; "weight_major" and "avx2" run every fp32 product of up to
-    16 rows on that backend (specdec/kernels.py). On the CPU a bf16 model's linear layers become row-adaptive (bf16
+    16 rows on that backend (specdec/fp32/kernels.py). On the CPU a bf16 model's linear layers become row-adaptive (bf16
     for few rows, an fp32 copy of the same values for many) with any kernel but "default".
 
     weights: "safetensors" (the default) loads prepared model directories (fp32 or bf16 weights, above); "gguf" runs
-    each model from its GGUF file's own quantized tensors on the lean forward (specdec/gguf_loading.py), CPU only,
+    each model from its GGUF file's own quantized tensors on the lean forward (specdec/gguf/loading.py), CPU only,
     fp32 activations: dtype must stay float32, and linear_kernel does not apply (the quantized product and the lean
     attention are order-fixed whatever it says)."""
 

@@ -56,7 +56,7 @@ def perturbed_copy(model: Qwen2ForCausalLM, noise: float, seed: int = 1) -> Qwen
     return copy
 
 
-# --- tiny GGUF files for the quantized engine (specdec/lean.py) ----------------------------------------------------
+# --- tiny GGUF files for the quantized engine (specdec/gguf/lean.py) ----------------------------------------------------
 # Tensor types per kind, as the study's two files hold them (the 1.5B target: Q4_K with Q6_K for the head, attn_v and
 # ffn_down; the 0.5B draft: Q5_0 with Q8_0 for the head and attn_v, Q6_K for ffn_down). A key "blk.N.kind" sets
 # one layer's tensor (the 1.5B file mixes Q4_K and Q6_K across layers for attn_v and ffn_down).
@@ -71,7 +71,7 @@ def _gguf_bytes(qtype: str, out_features: int, in_features: int, seed: int):
     quantiser for any other (a file the loader must refuse)."""
     import numpy as np
 
-    from .quant import BLOCKS, random_quant_matrix
+    from specdec.gguf.quant import BLOCKS, random_quant_matrix
 
     if qtype in BLOCKS:
         return random_quant_matrix(qtype, out_features, in_features, seed).raw.numpy()
@@ -310,7 +310,7 @@ def add_gguf_metadata(path, fields: dict, dest=None):
     so they stay valid). Keys the file already has are refused."""
     import struct
 
-    from .gguf_loading import read_header
+    from specdec.gguf.loading import read_header
 
     header = read_header(path, string_arrays=())
     present = sorted(set(fields) & set(header.metadata))

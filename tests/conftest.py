@@ -17,14 +17,14 @@ def threads(request):
     torch.set_num_threads(before)
 
 
-ALL_PRODUCT_KERNELS = ("avx2", "avx512-vnni", "amx")  # specdec/_quant_kernels.h's, slowest first
+ALL_PRODUCT_KERNELS = ("avx2", "avx512-vnni", "amx")  # specdec/native/_quant_kernels.h's, slowest first
 
 
 @pytest.fixture(params=ALL_PRODUCT_KERNELS)
 def kernel(request):
     """Run a test on every quantized product kernel this CPU has (the others are skipped, named, so a report shows
     which instruction sets the run covered)."""
-    from specdec import quant
+    from specdec.gguf import quant
 
     if request.param not in quant.kernels():
         pytest.skip(f"this CPU does not run the {request.param} product kernel")

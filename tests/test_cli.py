@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import subprocess
@@ -139,8 +140,8 @@ def test_python_dash_m(dirs):
 
 
 # --- GGUF files: the CPU user's entry point (the quantized engine, the tokenizer read from the target's file) --------
-needs_product = pytest.mark.skipif(not __import__("specdec.quant").quant.available(),
-                                   reason="specdec._quant (the quantized product) not built")
+needs_product = pytest.mark.skipif(not importlib.import_module("specdec.gguf.quant").available(),
+                                   reason="specdec.native._quant (the quantized product) not built")
 
 
 @pytest.fixture(scope="module")

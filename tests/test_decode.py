@@ -11,7 +11,7 @@ from specdec.decode import (
     generate_speculative,
 )
 from specdec.drafts import HybridDraft, ModelDraft, PromptLookupDraft
-from specdec.kernels import available_bf16_backends, use_row_adaptive_bf16_linear
+from specdec.fp32.kernels import available_bf16_backends, use_row_adaptive_bf16_linear
 from specdec.lm import CachedLM
 from specdec.testing import perturbed_copy, tiny_qwen2
 

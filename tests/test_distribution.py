@@ -16,12 +16,14 @@ import torch
 from scipy import stats as scipy_stats
 from scipy.optimize import brentq
 
-from specdec import quant, sampling
+from specdec.gguf import quant
+
+from specdec import sampling
 from specdec.decode import generate_speculative
 from specdec.drafts import hybrid as hybrid_draft
 from specdec.drafts.feature_head import FeatureHeadDraft, untrained_head
-from specdec.gguf_model import read_gguf
-from specdec.lean import LeanLM
+from specdec.gguf.model import read_gguf
+from specdec.gguf.lean import LeanLM
 from specdec.lm import PrefixMemoLM
 from specdec.sampling import SamplingConfig, speculative_step, warp_logits
 from specdec.study.analysis import judge_distribution_checks
@@ -232,7 +234,7 @@ def test_memoised_pair_samples_follow_the_target_and_reject_the_wrong_sampler(dr
 
 
 @pytest.mark.slow  # as the pair above: the study's check machinery, here over the GGUF engine's sessions
-@pytest.mark.skipif(not quant.available(), reason="specdec._quant (the quantized product) not built")
+@pytest.mark.skipif(not quant.available(), reason="specdec.native._quant (the quantized product) not built")
 def test_the_check_runs_on_gguf_sessions_and_rejects_the_wrong_sampler(tmp_path):
     """The GGUF regime's sessions (LeanLM) behind the prefix memos, as verify_distribution runs them there: a tiny
     GGUF target and, as its draft, a session over its first layer (a truncated cut of the same file)."""

@@ -461,7 +461,7 @@ def test_a_head_behind_prompt_lookup_keeps_greedy_identity_and_both_draft(target
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_the_drafting_copy_runs_on_the_native_kernels_keeps_identity_and_leaves_the_head_alone(dtype):
-    from specdec.kernels import invariant_kernels_available, linear_backends
+    from specdec.fp32.kernels import invariant_kernels_available, linear_backends
 
     target32 = tiny_qwen2(vocab_size=64, num_layers=2, seed=0, dtype=torch.float32)
     head = untrained_head(target32, range(48), seed=1)
@@ -492,11 +492,11 @@ def test_a_q8_0_drafting_copy_runs_the_quantized_product_keeps_identity_and_leav
     """dtype "q8_0": every linear layer of the drafting copy (and the LM head rows) becomes Q8_0 blocks on the
     quantized product, the `gguf` package's quantisation; its logits are the fp32 head's within Q8_0's error (and not
     equal to them: the weights did change), greedy decoding stays the target's, and the trained head is untouched."""
-    from specdec import quant
+    from specdec.gguf import quant
     from specdec.drafts.feature_head import Q8Linear
 
     if not quant.available():
-        pytest.skip("the quantized product needs specdec._quant on an x86 CPU with AVX2")
+        pytest.skip("the quantized product needs specdec.native._quant on an x86 CPU with AVX2")
     target32 = tiny_qwen2(vocab_size=64, num_layers=2, seed=0, dtype=torch.float32)
     head = untrained_head(target32, range(48), seed=1)
     before = {name: tensor.clone() for name, tensor in head.state_dict().items()}

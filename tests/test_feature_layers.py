@@ -13,11 +13,11 @@ import pandas as pd
 import pytest
 import torch
 
-from specdec import fused_layers
+from specdec.gguf import fused_layers
 from specdec.decode import generate_baseline, generate_speculative
 from specdec.drafts.feature_head import FeatureHead, FeatureHeadDraft, HeadCache, TargetParts, untrained_head
 from specdec.errors import DraftSpecError
-from specdec.lean import LeanLM, _runs_between
+from specdec.gguf.lean import LeanLM, _runs_between
 from specdec.lm import CachedLM, PrefixMemoLM
 from specdec.sampling import SamplingConfig
 from specdec.study.distribution import exact_first_tokens

@@ -11,20 +11,20 @@ import pandas as pd
 import pytest
 import torch
 
-from specdec import gguf_loading, quant
+from specdec.gguf import loading as gguf_loading, quant
 from specdec.errors import DraftSpecError, VocabularyMismatchError
-from specdec.gguf_loading import (GGUFFileError, GGUFVocabulary, check_gguf, gguf_draft_source, load_gguf_draft,
+from specdec.gguf.loading import (GGUFFileError, GGUFVocabulary, check_gguf, gguf_draft_source, load_gguf_draft,
                                   load_gguf_for_decoding, load_gguf_tokenizer, read_header)
-from specdec.gguf_model import GGUFModelError
-from specdec.lean import LeanLM
-from specdec.loading import Runtime, load_for_decoding
-from specdec.quant import UnsupportedTensorType
+from specdec.gguf.model import GGUFModelError
+from specdec.gguf.lean import LeanLM
+from specdec.fp32.loading import Runtime, load_for_decoding
+from specdec.gguf.quant import UnsupportedTensorType
 from specdec.study.jobs import DecodeJob, make_draft, run_decode_jobs
 from specdec.testing import (CHARS, GGUF_TARGET_SCALES, add_gguf_metadata, gguf_tokenizer_fields, tiny_gguf,
                              tiny_gguf_with_tokenizer, tiny_tokenizer)
 
 GGUF = Runtime(weights="gguf", threads=1)
-needs_product = pytest.mark.skipif(not quant.available(), reason="specdec._quant (the quantized product) not built")
+needs_product = pytest.mark.skipif(not quant.available(), reason="specdec.native._quant (the quantized product) not built")
 
 
 @pytest.fixture(scope="module")

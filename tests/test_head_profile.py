@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 import torch
 
-from specdec import quant
+from specdec.gguf import quant
 from specdec.drafts.feature_head import Q8_0, FeatureHeadDraft, untrained_head
 from specdec.study.costmodel import fit_cost_model, predict_draft_cost_ratio, profiled_shapes
 from specdec.study.prediction import fitted_draft_costs, head_profile_name
@@ -43,7 +43,7 @@ def test_a_head_step_reads_its_layer_and_its_drafting_rows(target, dtype, elemen
     assert head_draft(target, VOCAB, dtype).step_bytes == expected_bytes(target, VOCAB, element)
 
 
-@pytest.mark.skipif(not quant.available(), reason="q8_0 needs specdec._quant (x86 with AVX2, FMA, F16C)")
+@pytest.mark.skipif(not quant.available(), reason="q8_0 needs specdec.native._quant (x86 with AVX2, FMA, F16C)")
 def test_a_q8_0_head_step_reads_its_blocks():
     # Q8_0 rows need a width that is a multiple of 32 (and 16-row groups on AVX-512): a wider tiny target
     wide = tiny_qwen2(vocab_size=VOCAB, num_layers=1, hidden_size=64, seed=1)

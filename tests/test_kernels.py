@@ -6,7 +6,7 @@ import pytest
 import torch
 from torch import nn
 
-from specdec.kernels import (
+from specdec.fp32.kernels import (
     RowAdaptiveBf16Linear,
     backend_spans,
     default_linear,
@@ -43,7 +43,7 @@ def test_use_row_adaptive_bf16_linear_keeps_the_state_dict_and_swaps_back():
 
 
 # --- the fp32 backends and their per-row-count tables ----------------------------------------------------------------
-from specdec.kernels import (  # noqa: E402
+from specdec.fp32.kernels import (  # noqa: E402
     BACKENDS,
     BackendLinear,
     available_backends,
@@ -136,7 +136,7 @@ def test_the_avx2_kernel_over_several_k_tiles_and_input_passes():
 
 
 # --- bf16 layers: torch's product or the AVX2 kernel reading bf16 weights -----------------------------------------
-from specdec.kernels import (  # noqa: E402
+from specdec.fp32.kernels import (  # noqa: E402
     BF16_CHOICES,
     BF16_MAX_ROWS,
     available_bf16_backends,

@@ -1,4 +1,4 @@
-"""The fused layers (specdec/fused_layers.py, specdec/_layers.c): every decoder layer of a decoding step or a verify
+"""The fused layers (specdec/gguf/fused_layers.py, specdec/native/_layers.c): every decoder layer of a decoding step or a verify
 pass in one native call gives the Python forward's bits (logits, last hidden states, the KV cache) for every tensor
 type, product layout (q|k|v in 1, 2 or 3 runs; gate|up in 1 or 2), row count 1..16 and thread count; and every
 call is checked before it enters C: a wrong tensor or a corrupt plan row is a clear error, never a read out of
@@ -7,12 +7,12 @@ bounds. Tiny random GGUF files written by the test."""
 import pytest
 import torch
 
-from specdec import fused_layers
-from specdec.gguf_model import read_gguf
-from specdec.lean import LeanLM
+from specdec.gguf import fused_layers
+from specdec.gguf.model import read_gguf
+from specdec.gguf.lean import LeanLM
 from specdec.testing import DRAFT_TYPES, tiny_gguf
 
-pytestmark = pytest.mark.skipif(not fused_layers.available(), reason="specdec._layers not built here")
+pytestmark = pytest.mark.skipif(not fused_layers.available(), reason="specdec.native._layers not built here")
 
 TOKENS = torch.randint(0, 256, (80,), generator=torch.Generator().manual_seed(11)).tolist()
 # the target's mix (one layer's q|k|v one product, the other's two), the draft's, and plain floats in three q|k|v runs
@@ -48,7 +48,7 @@ def test_a_model_in_either_layout_gives_the_same_bits(tmp_path, monkeypatch, ker
     """The target's Q4_K and Q6_K matrices, and the draft's Q5_0 and Q8_0 ones, loaded in the file's rows and in
     groups of 16 rows (forced here whatever the CPU, so that the AVX2 path, which unpacks each group, is covered too):
     the same logits, step after step, in one-token steps and a verify pass, fused and in Python."""
-    from specdec import quant
+    from specdec.gguf import quant
 
     if kernel_name not in quant.kernels():
         pytest.skip(f"this CPU does not run the {kernel_name} product kernel")
@@ -155,7 +155,7 @@ def test_a_corrupt_plan_row_is_refused_by_the_native_check(models, field, value,
 
 
 def test_a_grouped_run_whose_outputs_are_not_whole_groups_is_refused(models):
-    from specdec import _layers
+    from specdec.native import _layers
 
     fused, hidden = plan_and_call(models["target"])
     fused.plan[1, 3] = _layers.type_codes()["Q4_K_R16"]  # the first q|k|v run as Q4_K in groups of 16 rows ...

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-ENGINE = ["specdec.decode", "specdec.sampling", "specdec.lm", "specdec.drafts", "specdec.kernels", "specdec.loading",
+ENGINE = ["specdec.decode", "specdec.sampling", "specdec.lm", "specdec.drafts", "specdec.fp32.kernels", "specdec.fp32.loading",
           "specdec.cli"]
 
 
@@ -51,7 +51,7 @@ def test_no_draft_kind_is_dispatched_on_its_name_outside_the_registry():
 
 # What the workflow's table and plot stages import: no torch, no transformers (each import costs a job several
 # seconds; a study runs dozens of these jobs). One interpreter for all: imports only add modules.
-TABLE_STAGE_MODULES = ["specdec.kernel_tables", "specdec.native_build", "specdec.drafts", "specdec.study.io",
+TABLE_STAGE_MODULES = ["specdec.fp32.kernel_tables", "specdec.native.build", "specdec.drafts", "specdec.study.io",
                        "specdec.study.analysis", "specdec.study.costmodel", "specdec.study.prediction",
                        "specdec.study.machine", "specdec.study.machines", "specdec.study.distribution_verdict"]
 

@@ -1,5 +1,5 @@
-"""The quantized regime: a GGUF file read as it is (specdec/gguf_model.py) and run by the lean forward
-(specdec/lean.py) as a session: refused by name where it cannot run, the same model as Hugging Face's on the
+"""The quantized regime: a GGUF file read as it is (specdec/gguf/model.py) and run by the lean forward
+(specdec/gguf/lean.py) as a session: refused by name where it cannot run, the same model as Hugging Face's on the
 dequantised weights, the session verbs, batch invariance bit for bit, and greedy speculative decoding equal to greedy
 decoding with lean targets and drafts. Tiny random GGUF files written by the tests; the real files in the slow tier."""
 
@@ -10,12 +10,14 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from specdec import attention, fused_layers, lean, quant
+from specdec.native import attention
+
+from specdec.gguf import fused_layers, lean, quant
 from specdec.decode import generate_baseline, generate_speculative
 from specdec.drafts import HybridDraft, ModelDraft, PromptLookupDraft
-from specdec.gguf_model import GGUFModelError, read_gguf
-from specdec.lean import ContextLengthError, LeanLM
-from specdec.quant import UnsupportedTensorType
+from specdec.gguf.model import GGUFModelError, read_gguf
+from specdec.gguf.lean import ContextLengthError, LeanLM
+from specdec.gguf.quant import UnsupportedTensorType
 from specdec.testing import (
     DRAFT_TYPES,
     at_threads,
@@ -26,7 +28,7 @@ from specdec.testing import (
 )
 
 REAL = Path(__file__).resolve().parents[1] / "resources"
-needs_product = pytest.mark.skipif(not quant.available(), reason="specdec._quant (the quantized product) not built")
+needs_product = pytest.mark.skipif(not quant.available(), reason="specdec.native._quant (the quantized product) not built")
 needs_invariant = pytest.mark.skipif(not (quant.available() and attention.available()),
                                      reason="the native product and attention are not both available")
 TOKENS = torch.randint(0, 256, (64,), generator=torch.Generator().manual_seed(5)).tolist()
@@ -126,7 +128,7 @@ def test_a_tied_file_uses_its_embedding_as_the_head(models):
 
 
 def test_a_tensor_type_the_engine_does_not_run_is_refused_by_name_before_any_work(tmp_path, monkeypatch):
-    from specdec import gguf_model
+    from specdec.gguf import model as gguf_model
 
     path = tiny_gguf(tmp_path / "q4_0.gguf", types={"blk.1.ffn_up": "Q4_0", "attn_k": "Q5_1"})
     monkeypatch.setattr(gguf_model, "_matrices", lambda *a: pytest.fail("bytes copied before the checks"))
@@ -167,8 +169,8 @@ def test_the_header_and_memory_map_read_what_the_gguf_package_reads_bit_for_bit(
     package's reader gives, and so does the header's table (offsets, byte sizes)."""
     from gguf import GGUFReader
 
-    from specdec import gguf_model
-    from specdec.gguf_header import read_header
+    from specdec.gguf import model as gguf_model
+    from specdec.gguf.header import read_header
 
     types = {"token_embd": "Q8_0", "attn_q": "Q4_K", "attn_k": "Q5_0", "attn_v": "F16", "attn_output": "F32",
              "ffn_gate": "Q6_K", "ffn_up": "Q4_K", "ffn_down": "Q5_0", "output": "F16", "blk.1.attn_v": "Q8_0"}
@@ -209,8 +211,8 @@ def test_the_header_and_memory_map_read_what_the_gguf_package_reads_bit_for_bit(
 
 
 def test_a_file_whose_tensor_data_is_cut_short_is_refused_naming_the_tensors(tmp_path, monkeypatch):
-    from specdec import gguf_model
-    from specdec.gguf_header import GGUFFileError, read_header
+    from specdec.gguf import model as gguf_model
+    from specdec.gguf.header import GGUFFileError, read_header
 
     path = tiny_gguf(tmp_path / "whole.gguf")
     table, raw = read_header(path, string_arrays=()).tensors, path.read_bytes()
@@ -494,7 +496,7 @@ def test_the_real_files_compute_their_fp32_models(name, monkeypatch):
     if not (gguf_path.is_file() and model_dir.is_dir()):
         pytest.skip(f"{gguf_path} or {model_dir} not here")
     from specdec.lm import eos_ids_of
-    from specdec.loading import load_model
+    from specdec.fp32.loading import load_model
 
     hf, tokenizer = load_model(model_dir)
     ids = tokenizer.apply_chat_template([{"role": "user", "content": "Write a Python function that merges two "

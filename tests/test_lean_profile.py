@@ -6,9 +6,9 @@ import pandas as pd
 import pytest
 import torch
 
-from specdec import fused_layers
-from specdec.gguf_model import read_gguf
-from specdec.lean import LeanLM
+from specdec.gguf import fused_layers
+from specdec.gguf.model import read_gguf
+from specdec.gguf.lean import LeanLM
 from specdec.study.costmodel import ModelShape, fit_cost_model, profiled_shapes
 from specdec.study.profiling import profile_models
 from specdec.testing import tiny_gguf
@@ -37,7 +37,7 @@ def test_a_timed_pass_gives_extends_bits_and_a_time_per_layer(files, fused, rows
     assert all(seconds > 0 for seconds in [*times["layers"], times["norm"], times["lm_head"]])
 
 
-@pytest.mark.skipif(not fused_layers.available(), reason="specdec._layers not built here")
+@pytest.mark.skipif(not fused_layers.available(), reason="specdec.native._layers not built here")
 @pytest.mark.parametrize("bad", [torch.zeros(3), torch.zeros(2, dtype=torch.float64), torch.zeros(6, dtype=torch.float64)[::2],
                                  [0.0, 0.0, 0.0]])
 def test_a_wrong_layer_seconds_vector_is_refused_before_c(files, bad):

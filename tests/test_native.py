@@ -1,4 +1,4 @@
-"""The native kernels (specdec/_linear.c, specdec/_attention.c): built where they can be, every call checked before
+"""The native kernels (specdec/native/_linear.c, specdec/native/_attention.c): built where they can be, every call checked before
 it enters C, and batch-invariant bit for bit: a row's result does not depend on the other rows of the call, on their
 number or on the thread count."""
 
@@ -11,9 +11,11 @@ import pytest
 import torch
 from torch import nn
 
-from specdec import attention, kernels
-from specdec.attention import causal_attention
-from specdec.kernels import (
+from specdec.native import attention
+
+from specdec.fp32 import kernels
+from specdec.native.attention import causal_attention
+from specdec.fp32.kernels import (
     BACKENDS,
     BackendLinear,
     RowAdaptiveBf16Linear,
@@ -243,7 +245,7 @@ def test_an_invariant_setup_without_native_kernels_is_a_clear_error(monkeypatch)
 
 
 def test_an_edited_kernel_source_is_noticed(tmp_path, monkeypatch):
-    from specdec import native_build
+    from specdec.native import build as native_build
 
     if kernels._linear is None:
         pytest.skip("not built")
@@ -263,16 +265,16 @@ def test_backends_accept_the_layer_name_and_ignore_it_where_torch_runs_them():
 def test_ci_insists_on_the_native_build():
     """.ci/run fails when an x86 machine with a compiler did not build the modules (not only this test)."""
     script = open(".ci/run").read()
-    assert "native_check" in script
-    result = subprocess.run([sys.executable, "-m", "specdec.native_check"], capture_output=True, text=True)
+    assert "specdec.native.check" in script
+    result = subprocess.run([sys.executable, "-m", "specdec.native.check"], capture_output=True, text=True)
     assert result.returncode == (0 if invariant_kernels_available() or not X86_WITH_COMPILER else 1), result.stderr
 
 
-# --- the lean forward's row operations (specdec/_rowops.c) --------------------------------------------------------
-from specdec import rowops  # noqa: E402
+# --- the lean forward's row operations (specdec/native/_rowops.c) --------------------------------------------------------
+from specdec.native import rowops  # noqa: E402
 
 
-@pytest.mark.skipif(not rowops.available(), reason="specdec._rowops not available here")
+@pytest.mark.skipif(not rowops.available(), reason="specdec.native._rowops not available here")
 def test_row_operations_compute_torchs_and_a_row_is_the_same_bits_whatever_shares_the_call():
     torch.manual_seed(0)
     x, weight = torch.randn(40, 1536) * 3, torch.randn(1536)
@@ -288,7 +290,7 @@ def test_row_operations_compute_torchs_and_a_row_is_the_same_bits_whatever_share
         assert torch.equal(rowops.silu_mul(gate[5:5 + rows], up[5:5 + rows]), product[5:5 + rows])
 
 
-@pytest.mark.skipif(not rowops.available(), reason="specdec._rowops not available here")
+@pytest.mark.skipif(not rowops.available(), reason="specdec.native._rowops not available here")
 @pytest.mark.parametrize("call, error", [
     (lambda: rowops.rms_norm(torch.randn(2, 16), torch.randn(8), 1e-6), "\\(rows, 8\\)"),
     (lambda: rowops.rms_norm(torch.randn(2, 12), torch.randn(12), 1e-6), "multiple of 8"),
@@ -304,7 +306,7 @@ def test_row_operations_refuse_what_the_kernel_cannot_take(call, error):
 
 
 def test_a_bf16_model_given_fp32_tables_is_a_clear_error():
-    from specdec.kernels import apply_bf16_tables, use_row_adaptive_bf16_linear
+    from specdec.fp32.kernels import apply_bf16_tables, use_row_adaptive_bf16_linear
 
     model = use_row_adaptive_bf16_linear(tiny_qwen2(vocab_size=64, hidden_size=32, seed=0).to(torch.bfloat16))
     with pytest.raises(ValueError, match="needs bf16 kernel tables"):

@@ -1,4 +1,4 @@
-"""The GGUF block formats on specdec/_quant.c: dequantisation bit for bit equal to the gguf package's reference, the
+"""The GGUF block formats on specdec/native/_quant.c: dequantisation bit for bit equal to the gguf package's reference, the
 product equal to the quantised arithmetic it claims (8-bit activations per block, integer dots), batch-invariant
 bit for bit, and every call checked before it enters C."""
 
@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 import torch
 
-from specdec import quant
-from specdec.quant import (
+from specdec.gguf import quant
+from specdec.gguf.quant import (
     BLOCKS,
     QuantMatrix,
     UnsupportedTensorType,
@@ -17,7 +17,7 @@ from specdec.quant import (
     reference_dequantize,
 )
 
-pytestmark = pytest.mark.skipif(not quant.available(), reason="specdec._quant not available here")
+pytestmark = pytest.mark.skipif(not quant.available(), reason="specdec.native._quant not available here")
 QUANT_TYPES = ("Q4_K", "Q6_K", "Q5_0", "Q8_0")
 GGUF_FILES = sorted(Path("resources/gguf").glob("*.gguf"))
 
@@ -44,7 +44,7 @@ def test_dequantisation_equals_the_gguf_reference_bit_for_bit(qtype):
 
 @pytest.mark.skipif(not GGUF_FILES, reason="no GGUF files under resources/gguf (the models stage makes them)")
 def test_every_tensor_type_of_the_study_files_dequantises_as_the_gguf_package_does():
-    from specdec.gguf_header import read_header
+    from specdec.gguf.header import read_header
 
     seen = set()
     for path in GGUF_FILES:
@@ -112,7 +112,7 @@ def test_every_kernel_gives_the_avx2_kernels_bits(qtype, in_features, kernel, th
 @pytest.mark.skipif(not GGUF_FILES, reason="no GGUF files under resources/gguf (the models stage makes them)")
 def test_every_kernel_gives_the_same_bits_on_the_study_files_weights(kernel):
     """Real weights (the files' scales and quants, not random ones): 64 rows of each matrix type of each file."""
-    from specdec.gguf_header import read_header
+    from specdec.gguf.header import read_header
 
     torch.manual_seed(5)
     checked = set()
@@ -153,7 +153,7 @@ def test_a_kernel_this_cpu_does_not_run_is_refused_by_name(monkeypatch, name):
 
 def test_the_native_call_checks_the_kernel_it_is_given():
     """What quant.py passes is checked again in C: an unknown name is refused before any pointer is followed."""
-    from specdec import _quant
+    from specdec.native import _quant
 
     matrix = random_quant_matrix("Q8_0", 8, 64)
     x, y = torch.randn(1, 64), torch.empty(1, 8)
@@ -267,7 +267,7 @@ def test_groups_of_16_rows_give_the_file_layouts_bits(qtype, in_features, kernel
 @pytest.mark.skipif(not GGUF_FILES, reason="no GGUF files under resources/gguf (the models stage makes them)")
 @pytest.mark.parametrize("qtype", GROUPED_TYPES)
 def test_the_study_files_weights_give_the_same_bits_in_groups_of_16_rows(qtype, kernel):
-    from specdec.gguf_header import read_header
+    from specdec.gguf.header import read_header
 
     torch.manual_seed(6)
     checked = 0
@@ -305,7 +305,7 @@ def test_a_layout_that_cannot_hold_the_matrix_is_refused():
 def test_the_native_calls_check_the_grouped_layouts_sizes():
     """What quant.py checks is checked again in C: groups of 16 rows, whole blocks, and no dequantisation of grouped
     bytes as if they were rows."""
-    from specdec import _quant
+    from specdec.native import _quant
 
     grouped = random_quant_matrix("Q4_K", 32, 256).in_layout("r16")
     x, y, out = torch.randn(1, 256), torch.empty(1, 32), torch.empty(32, 148, dtype=torch.uint8)

@@ -16,6 +16,7 @@ check); the tiny study of tests/test_workflow.py runs it through the config's `p
 
 from __future__ import annotations
 
+import importlib
 import numpy as np
 import pytest
 import torch
@@ -124,15 +125,15 @@ def lean_files(tmp_path_factory):
             tiny_gguf_with_tokenizer(root / "draft.gguf", layers=1, norm_scale=GGUF_TARGET_SCALES[:1]))
 
 
-@pytest.mark.skipif(not __import__("specdec.quant").quant.available(), reason="the quantized product is not built")
+@pytest.mark.skipif(not importlib.import_module("specdec.gguf.quant").available(), reason="the quantized product is not built")
 @pytest.mark.parametrize("kind_name", KINDS)
 def test_greedy_identity_for_every_kind_on_the_quantized_engine(lean_files, kind_name):
     """Each kind built as a gguf-regime decode job builds it (study.jobs.make_draft: a lean target, the draft's
     model from its GGUF file, early exits over the target's weights); a kind that cannot run there is refused by
     name before any model loads."""
     from specdec.errors import DraftSpecError
-    from specdec.gguf_loading import load_gguf_for_decoding
-    from specdec.loading import Runtime
+    from specdec.gguf.loading import load_gguf_for_decoding
+    from specdec.fp32.loading import Runtime
     from specdec.study.jobs import make_draft
 
     runtime = Runtime(weights="gguf", threads=1)

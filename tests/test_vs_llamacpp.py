@@ -15,9 +15,9 @@ import pandas as pd
 import pytest
 import torch
 
-from specdec import quant
-from specdec.gguf_loading import load_gguf_for_decoding
-from specdec.loading import Runtime
+from specdec.gguf import quant
+from specdec.gguf.loading import load_gguf_for_decoding
+from specdec.fp32.loading import Runtime
 from specdec.study.jobs import make_draft
 from specdec.study.vs_llamacpp import (LLAMACPP, PLAIN, SPECDEC, TABLE_COLUMNS, Method, format_ratios,
                                        generation_rate, llamacpp_row, methods_for, ours_runner, side_by_side_job,
@@ -34,7 +34,7 @@ SLOWER = 2.0  # the stand-in llama.cpp runs at half our engine's rate
 @pytest.fixture(scope="module")
 def engine(tmp_path_factory):
     if not quant.available():
-        pytest.skip("specdec._quant (the quantized product) not built")
+        pytest.skip("specdec.native._quant (the quantized product) not built")
     root = tmp_path_factory.mktemp("vs-llamacpp")
     target_file = tiny_gguf_with_tokenizer(root / "target.gguf", layers=2, norm_scale=GGUF_TARGET_SCALES)
     draft_file = tiny_gguf_with_tokenizer(root / "draft.gguf", layers=1, norm_scale=GGUF_TARGET_SCALES[:1])

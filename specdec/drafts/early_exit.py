@@ -30,7 +30,7 @@ def early_exit_model(target: PreTrainedModel, n_layers: int) -> PreTrainedModel:
 
     The config is a copy with num_hidden_layers / layer_types cut to n_layers, so the cache and masks are built for
     n layers. The layers keep their layer_idx 0..n-1 (they index the cache by it). Apply
-    specdec.kernels.use_weight_major_linear to the target *before* building this, so that both share the fast path
+    specdec.fp32.kernels.use_weight_major_linear to the target *before* building this, so that both share the fast path
     (done after, the layers still share it, the LM head not). Do not request output_hidden_states/attentions from
     both models: Hugging Face would hook the shared layers twice.
     """

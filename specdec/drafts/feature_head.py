@@ -59,7 +59,7 @@ class HeadConfig:
 
     @classmethod
     def of_target(cls, config) -> HeadConfig:
-        """From a Hugging Face (Qwen2/Llama-style) config, or a GGUF file's (specdec.gguf_model.GGUFConfig)."""
+        """From a Hugging Face (Qwen2/Llama-style) config, or a GGUF file's (specdec.gguf.model.GGUFConfig)."""
         if hasattr(config, "ffn"):  # a GGUF file's
             return cls(config.hidden, config.heads, config.kv_heads, config.head_dim, config.ffn,
                        float(config.rope_theta), float(config.rms_eps), int(config.vocab_size))
@@ -278,7 +278,7 @@ class GGUFTargetParts:
         return self.model.embedding.dequantize_rows([int(t) for t in tokens.reshape(-1)])
 
     def norm(self, x: torch.Tensor) -> torch.Tensor:
-        from .. import rowops
+        from specdec.native import rowops
 
         return rowops.rms_norm(x.float().reshape(-1, self.hidden_size).contiguous(), self.model.output_norm,
                                self._eps).reshape(x.shape)
@@ -287,14 +287,14 @@ class GGUFTargetParts:
         return self.model.output.dequantize_rows(draft_vocab.tolist())
 
     def new_session(self):
-        from ..lean import LeanLM
+        from specdec.gguf.lean import LeanLM
 
         return LeanLM(self.model, max_length=self._max_length)
 
 
 def target_parts(target) -> TargetParts | GGUFTargetParts:
     """The parts a head reuses, of a Hugging Face model (or a session over one) or of a LeanLM session."""
-    from ..lean import LeanLM
+    from specdec.gguf.lean import LeanLM
 
     if isinstance(target, LeanLM):
         return GGUFTargetParts(target)
@@ -467,7 +467,7 @@ class Q8Linear(nn.Module):
 
     def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None, name: str):
         super().__init__()
-        from ..quant import quantize_q8_0
+        from specdec.gguf.quant import quantize_q8_0
 
         self.weight = quantize_q8_0(weight, name)
         self.bias = None if bias is None else bias.detach().float().clone()
@@ -486,10 +486,10 @@ def _weight_bytes(module: nn.Module) -> int:
 
 def _quantized_copy(head: FeatureHead, rows: torch.Tensor) -> tuple[FeatureHead, nn.Module]:
     """The head and its LM head rows with every linear layer's weight in Q8_0 (norms and biases fp32)."""
-    from .. import quant
+    from specdec.gguf import quant
 
     if not quant.available():
-        raise RuntimeError("a feature head in q8_0 runs on specdec._quant (an x86 CPU with AVX2, FMA and F16C)")
+        raise RuntimeError("a feature head in q8_0 runs on specdec.native._quant (an x86 CPU with AVX2, FMA and F16C)")
     head = copy.deepcopy(head).float().eval().requires_grad_(False)
     for name, module in list(head.named_children()):
         if isinstance(module, nn.Linear):
@@ -501,7 +501,7 @@ def _drafting_copy(head: FeatureHead, rows: torch.Tensor, dtype: torch.dtype | s
     """The head and its LM head rows as drafting runs them: in `dtype`, on the native kernels where built (fp32:
     the AVX2 product; bf16: the AVX2 kernel reading the bf16 weights; Q8_0, the string "q8_0": the quantized
     product). The head given is left as it is (training and saving use it)."""
-    from .. import kernels
+    from specdec.fp32 import kernels
 
     if dtype == Q8_0:
         return _quantized_copy(head, rows)

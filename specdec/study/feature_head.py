@@ -37,7 +37,7 @@ import torch.nn.functional as F
 
 from safetensors.torch import load_file, save_file
 
-from ..attention import MAX_INVARIANT_ROWS
+from specdec.native.attention import MAX_INVARIANT_ROWS
 from ..decode import generate_baseline
 from ..drafts.feature_head import WEIGHTS_FILE, FeatureHead, HeadConfig, TargetParts, untrained_head
 from ..errors import DraftSpecError

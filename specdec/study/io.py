@@ -12,7 +12,7 @@ from typing import Iterator
 
 import pandas as pd
 
-from ..kernel_tables import tables_from_timings
+from specdec.fp32.kernel_tables import tables_from_timings
 
 
 @contextlib.contextmanager

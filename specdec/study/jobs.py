@@ -17,7 +17,7 @@ from transformers import PreTrainedModel
 from ..decode import DecodeResult, generate_baseline, generate_speculative
 from ..drafts import DraftResources, get_kind
 from ..lm import eos_ids_of, vocab_size_of
-from ..loading import Runtime, check_same_vocabulary, load_for_decoding
+from specdec.fp32.loading import Runtime, check_same_vocabulary, load_for_decoding
 from .diagnose import diagnose_divergence
 from .divergence import first_difference
 from .interleave import Turn, batch_of_one, run_interleaved
@@ -50,7 +50,7 @@ def load_target(path, runtime: Runtime, backend_tables: dict | None = None, max_
     directory, or (a LeanLM session, the file's vocabulary) from a GGUF file (max_length: its KV cache's positions;
     backend tables do not apply there)."""
     if runtime.weights == "gguf":
-        from ..gguf_loading import load_gguf_for_decoding
+        from specdec.gguf.loading import load_gguf_for_decoding
 
         return load_gguf_for_decoding(path, runtime, max_length=max_length)
     return load_for_decoding(path, runtime, backend_tables)
@@ -68,7 +68,7 @@ def load_draft_model(name: str, spec: Mapping, draft_dir, target_tokenizer, runt
             raise ValueError(f"draft {name!r} of kind {spec['kind']!r} needs its model directory")
         return kind.load(draft_dir, target)
     if runtime.weights == "gguf":
-        from ..gguf_loading import load_gguf_draft
+        from specdec.gguf.loading import load_gguf_draft
 
         return load_gguf_draft(name, spec, draft_dir, target, target_tokenizer, runtime)
     if not draft_dir:
@@ -86,7 +86,7 @@ def make_draft(name: str, spec: Mapping, target, target_tokenizer, draft_dir, ru
     kind = get_kind(spec["kind"], f"draft {name!r}: kind")
     target_layers = None
     if runtime.weights == "gguf":
-        from ..gguf_loading import first_layers, gguf_draft_source
+        from specdec.gguf.loading import first_layers, gguf_draft_source
 
         gguf_draft_source(name, spec)
         target_layers = lambda layers: first_layers(target, layers)  # noqa: E731
@@ -109,7 +109,7 @@ def _eos_ids(target) -> frozenset[int]:
 def _batch_invariant(target) -> bool:
     """A target whose logits are the same bits in a one-token step and in any verify pass by construction (the
     lean engine: order-fixed quantized products, native attention): a greedy divergence cannot be a near-tie."""
-    from ..lean import LeanLM
+    from specdec.gguf.lean import LeanLM
 
     return isinstance(target, LeanLM)
 

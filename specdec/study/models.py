@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Callable, Iterable
 
 from ..errors import InvalidModelDirError, VocabularyMismatchError  # noqa: F401  (re-exported for callers)
-from ..loading import (  # noqa: F401
+from specdec.fp32.loading import (  # noqa: F401
     MANIFEST,
     check_same_vocabulary,
     load_model,

@@ -13,7 +13,7 @@ from typing import Callable
 import pandas as pd
 import torch
 
-from ..kernels import default_linear
+from specdec.fp32.kernels import default_linear
 from .interleave import run_interleaved
 from .jobs import baseline_or_speculative
 from .stats import bootstrap_median_interval

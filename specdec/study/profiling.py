@@ -130,7 +130,7 @@ class _ProfileSession:
 
 
 class _LeanProfileSession(_ProfileSession):
-    """The same for a lean session over a GGUF file (specdec.lean.LeanLM, the gguf regime): its cache filled to
+    """The same for a lean session over a GGUF file (specdec.gguf.lean.LeanLM, the gguf regime): its cache filled to
     `context_length` tokens; each layer's time is measured inside the fused native call (or around each layer of
     the Python forward), the embedding, final norm and head around their calls (LeanLM.timed_extend). Bytes are the
     file's own: each layer's tensors in their types; dtype_bytes is the layers' mean bytes per weight and

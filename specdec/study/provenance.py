@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..kernel_tables import backend_spans
-from ..native_build import kernel_build
+from specdec.fp32.kernel_tables import backend_spans
+from specdec.native.build import kernel_build
 from .io import read_backend_tables
 from .machine import machine_record, package_versions
 
@@ -50,8 +50,8 @@ def model_record(path) -> dict:
         return {k: v for k, v in json.loads((path / "manifest.json").read_text()).items()
                 if k in ("source", "num_hidden_layers", "hidden_size", "vocab_size", "parameter_count", "gguf_sha256",
                          "safetensors_sha256")}
-    from specdec.gguf_loading import read_header
-    from specdec.lean import product_kernel
+    from specdec.gguf.loading import read_header
+    from specdec.gguf.lean import product_kernel
 
     header = read_header(path, string_arrays=())
     digest = hashlib.sha256()

@@ -16,7 +16,7 @@ import pandas as pd
 import torch
 from transformers import DynamicCache
 
-from ..kernels import restore_linears, use_backends
+from specdec.fp32.kernels import restore_linears, use_backends
 
 ROOFLINE_COLUMNS = ["candidate", "m", "seconds", "floor_seconds", "over_floor", "over_m1", "bandwidth_gb_s",
                     "weight_bytes", "repeats"]

@@ -14,7 +14,7 @@ from specdec.drafts import get_kind
 from specdec.errors import DraftSpecError
 from specdec.drafts.registry import gguf_draft_source
 from specdec.runtime import Runtime
-from specdec.native_build import kernel_build, stale_native_modules
+from specdec.native.build import kernel_build, stale_native_modules
 from specdec.study.config import draft_spec as _draft_spec, validate_config
 from specdec.study.machine import machine_id
 from specdec.study.prediction import head_profile_name, head_step

@@ -11,7 +11,7 @@ import logging
 import pandas as pd
 
 from specdec.drafts import load_plugins
-from specdec.loading import Runtime
+from specdec.fp32.loading import Runtime
 from specdec.study.io import write_parquet
 from specdec.study.jobs import DecodeJob, load_target, make_draft, read_backend_tables, run_decode_jobs
 from specdec.study.logs import log_to

@@ -24,12 +24,12 @@ log = logging.getLogger("feature_head_data")
 def target_session(target: str, engine: str, runtime, kernels):
     """A session over the target that can keep its features, and a description of its weights for the parts' key."""
     if engine == "gguf":
-        from specdec.gguf_loading import load_gguf_for_decoding
+        from specdec.gguf.loading import load_gguf_for_decoding
 
         session, _ = load_gguf_for_decoding(target, runtime, log=log.info)
     else:
         from specdec.lm import CachedLM
-        from specdec.loading import load_for_decoding
+        from specdec.fp32.loading import load_for_decoding
         from specdec.study.jobs import read_backend_tables
 
         model, _ = load_for_decoding(target, runtime, read_backend_tables(kernels))

@@ -10,7 +10,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from specdec.gguf_loading import load_gguf_tokenizer
+from specdec.gguf.loading import load_gguf_tokenizer
 from specdec.study.logs import log_to
 
 log = logging.getLogger("gguf_tokenizer")

@@ -12,7 +12,7 @@ import logging
 import pandas as pd
 
 from specdec.drafts.feature_head import FeatureHead, target_parts
-from specdec.gguf_loading import load_gguf_for_decoding
+from specdec.gguf.loading import load_gguf_for_decoding
 from specdec.runtime import Runtime
 from specdec.study.analysis import to_markdown
 from specdec.study.head_agreement import agreement_table, greedy_answers

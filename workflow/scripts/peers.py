@@ -9,7 +9,7 @@ import logging
 import pandas as pd
 
 from specdec.lm import eos_ids_of
-from specdec.loading import Runtime, load_for_decoding
+from specdec.fp32.loading import Runtime, load_for_decoding
 from specdec.study.jobs import read_backend_tables
 from specdec.study.io import write_parquet
 from specdec.study.jobs import load_draft_model

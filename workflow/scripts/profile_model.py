@@ -10,9 +10,9 @@ from specdec.study.interrupt import stops_politely  # first: Ctrl-C during the i
 
 import logging
 
-from specdec.gguf_loading import load_gguf_for_decoding
-from specdec.lean import LeanLM
-from specdec.loading import Runtime, load_for_decoding
+from specdec.gguf.loading import load_gguf_for_decoding
+from specdec.gguf.lean import LeanLM
+from specdec.fp32.loading import Runtime, load_for_decoding
 from specdec.study.jobs import read_backend_tables
 from specdec.study.io import write_csv
 from specdec.study.logs import log_to

@@ -9,8 +9,8 @@ import json
 import logging
 import sys
 
-from specdec.kernels import available_backends
-from specdec.loading import Runtime, load_for_decoding
+from specdec.fp32.kernels import available_backends
+from specdec.fp32.loading import Runtime, load_for_decoding
 from specdec.study.io import write_csv
 from specdec.study.jobs import read_backend_tables
 from specdec.study.logs import log_to

@@ -1,5 +1,5 @@
 """Snakemake script: time the linear products this machine has on one model's own weights, by weight shape and row
-count -> CSV (kept per machine and kernel build). fp32 (params.dtype float32): every fp32 backend (specdec.kernels);
+count -> CSV (kept per machine and kernel build). fp32 (params.dtype float32): every fp32 backend (specdec.fp32.kernels);
 bf16: torch's bf16 product, the AVX2 kernel on the bf16 weights and the fp32 copy. Jobs with runtime.linear_kernel
 auto run each product on the fastest; with invariant, a bf16 model's prompt pass does."""
 
@@ -11,14 +11,14 @@ import logging
 
 import pandas as pd
 
-from specdec.kernels import (
+from specdec.fp32.kernels import (
     available_backends,
     tables_from_timings,
     time_backends,
     time_bf16_products,
     use_row_adaptive_bf16_linear,
 )
-from specdec.loading import Runtime, load_for_decoding
+from specdec.fp32.loading import Runtime, load_for_decoding
 from specdec.study.io import write_csv
 from specdec.study.logs import log_to
 

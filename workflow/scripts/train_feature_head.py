@@ -16,7 +16,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import torch  # noqa: E402
 
 from specdec.drafts.feature_head import WEIGHTS_FILE, FeatureHead  # noqa: E402
-from specdec.loading import load_model  # noqa: E402
+from specdec.fp32.loading import load_model  # noqa: E402
 from specdec.study.feature_head import (  # noqa: E402
     load_head_data,
     save_trained_head,

@@ -11,7 +11,7 @@ import logging
 import pandas as pd
 
 from specdec.drafts import get_kind, load_plugins
-from specdec.loading import Runtime
+from specdec.fp32.loading import Runtime
 from specdec.study.distribution import DistributionSettings, run_distribution_checks
 from specdec.study.io import write_parquet
 from specdec.study.jobs import load_draft_model, load_target, read_backend_tables

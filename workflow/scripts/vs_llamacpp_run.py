@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pandas as pd
 
-from specdec import quant
+from specdec.gguf import quant
 from specdec.drafts import load_plugins
 from specdec.drafts.registry import gguf_draft_source
-from specdec.kernels import kernel_build
-from specdec.loading import Runtime
+from specdec.fp32.kernels import kernel_build
+from specdec.fp32.loading import Runtime
 from specdec.study.io import write_parquet
 from specdec.study.jobs import load_target, make_draft
 from specdec.study.llamacpp import RunSettings

@@ -12,8 +12,8 @@ import logging
 
 import yaml
 
-from specdec import quant
-from specdec.kernels import kernel_build
+from specdec.gguf import quant
+from specdec.fp32.kernels import kernel_build
 from specdec.study.io import read_parquets, write_csv, write_text
 from specdec.study.llamacpp import read_build_manifest
 from specdec.study.logs import log_to

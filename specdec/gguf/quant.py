@@ -3,7 +3,7 @@
 A `QuantMatrix` keeps one GGUF tensor's bytes as they are in the file (rows of ggml blocks: Q4_K and Q6_K 256 values
 per 144 / 210 bytes, Q5_0 and Q8_0 32 values per 22 / 34 bytes; F32 and F16 plain), or, on the AVX-512 kernels, the
 same blocks repacked in groups of 16 rows (`in_layout`, every byte kept), so a step reads about a sixth of the fp32
-bytes. Its product with a few rows of activations runs on specdec/_quant.c: each activation row
+bytes. Its product with a few rows of activations runs on specdec/native/_quant.c: each activation row
 is quantised on its own to 8 bits (Q8_K blocks for the K-quants, Q8_0 for Q5_0 and Q8_0, as llama.cpp does), the
 blocks' dot products run in integers (exact in any order) and each output's float epilogue is summed block by block
 in one order: a row's result is the same bits whatever other rows share the call and on any thread count.
@@ -21,7 +21,7 @@ import numpy as np
 import torch
 
 try:
-    from . import _quant
+    from specdec.native import _quant
 except ImportError:  # not built (no compiler at install time)
     _quant = None
 
@@ -77,7 +77,7 @@ def use_kernel(name: str):
 
 
 # Layouts of a matrix's bytes: "rows", the file's rows of blocks; "r16", the blocks of Q4_K, Q6_K, Q5_0 or Q8_0
-# repacked in groups of 16 rows for the AVX-512 kernels (specdec/_quant_kernels.h, q4k_pack_block .. q8_0_pack_block:
+# repacked in groups of 16 rows for the AVX-512 kernels (specdec/native/_quant_kernels.h, q4k_pack_block .. q8_0_pack_block:
 # every byte kept; Q4_K 148 bytes a row and block instead of 144, the others as in the file; the same products, bit
 # for bit, with a fraction of the instructions per block).
 LAYOUTS = ("rows", "r16")
@@ -170,7 +170,7 @@ class QuantMatrix:
             raise ValueError(f"tensor {self.name!r}: layout r16 holds whole groups of {R16_ROWS} rows, got "
                              f"{self.out_features}")
         if not available():
-            raise RuntimeError("repacking needs specdec._quant on an x86 CPU with AVX2, FMA and F16C")
+            raise RuntimeError("repacking needs specdec.native._quant on an x86 CPU with AVX2, FMA and F16C")
         out = torch.empty(self.out_features, row_bytes(self.qtype, self.in_features, layout), dtype=torch.uint8)
         convert = _quant.r16_pack if layout == "r16" else _quant.r16_unpack
         convert(self.qtype, self.raw.data_ptr(), out.data_ptr(), self.out_features, self.in_features)
@@ -207,7 +207,7 @@ class QuantMatrix:
     def matmul(self, x: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
         """x (rows, in_features) @ Wᵀ (+ bias) -> fp32 (rows, out_features), batch-invariant (module docstring)."""
         if not available():
-            raise RuntimeError("the quantized product needs specdec._quant (built by the install where a C compiler "
+            raise RuntimeError("the quantized product needs specdec.native._quant (built by the install where a C compiler "
                                "is there) on an x86 CPU with AVX2, FMA and F16C")
         check_quant_product(x, self, bias)
         x = x.float().contiguous()
@@ -238,7 +238,7 @@ def quantize_q8_0(weight: torch.Tensor, name: str = "weight") -> QuantMatrix:
 
 
 def check_quant_product(x: torch.Tensor, weight: QuantMatrix, bias: torch.Tensor | None) -> None:
-    """What specdec/_quant.c relies on, checked before the call (errors name the tensor)."""
+    """What specdec/native/_quant.c relies on, checked before the call (errors name the tensor)."""
     name = weight.name
     for what, tensor in (("input", x), ("bias", bias)):
         if tensor is not None and (not isinstance(tensor, torch.Tensor) or tensor.device.type != "cpu"):

@@ -1,4 +1,4 @@
-"""The lean forward's per-row operations on specdec/_rowops.c: RMSNorm and silu(gate) * up, one native call each,
+"""The lean forward's per-row operations on specdec/native/_rowops.c: RMSNorm and silu(gate) * up, one native call each,
 every row computed on its own in one fixed order (batch-invariant), every call checked before it enters C."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 
 try:
-    from . import _rowops
+    from specdec.native import _rowops
 except ImportError:  # not built (no compiler at install time)
     _rowops = None
 
@@ -27,7 +27,7 @@ def _check_rows(name: str, tensor: torch.Tensor, width: int) -> None:
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     """x (rows, n) / sqrt(mean(x², row) + eps) * weight (n), fp32, rows computed alone."""
     if not available():
-        raise RuntimeError("specdec._rowops is not available here (not built, or a CPU without AVX2/FMA/F16C)")
+        raise RuntimeError("specdec.native._rowops is not available here (not built, or a CPU without AVX2/FMA/F16C)")
     if not isinstance(weight, torch.Tensor) or weight.dim() != 1:
         raise ValueError(f"rms_norm weight must be a 1-d vector, got {tuple(getattr(weight, 'shape', ()))}")
     width = weight.shape[0]
@@ -42,7 +42,7 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
 def silu_mul(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
     """silu(gate) * up for two (rows, n) views that share a row stride (a gate|up product's halves)."""
     if not available():
-        raise RuntimeError("specdec._rowops is not available here (not built, or a CPU without AVX2/FMA/F16C)")
+        raise RuntimeError("specdec.native._rowops is not available here (not built, or a CPU without AVX2/FMA/F16C)")
     width = gate.shape[-1] if isinstance(gate, torch.Tensor) else -1
     _check_rows("silu_mul gate", gate, width)
     _check_rows("silu_mul up", up, width)

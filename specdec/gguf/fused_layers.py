@@ -1,4 +1,4 @@
-"""The lean forward's decoder layers in one native call (specdec/_layers.c) for the few rows of a decoding step or a
+"""The lean forward's decoder layers in one native call (specdec/native/_layers.c) for the few rows of a decoding step or a
 verify pass.
 
 Why: in a step of the quantized engine the ~17 Python-level calls per layer around the products cost about 0.5 ms a
@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import torch
 
-from . import quant
+from specdec.gguf import quant
 
 try:
-    from . import _layers
+    from specdec.native import _layers
 except ImportError:  # not built (no compiler at install time)
     _layers = None
 
@@ -49,7 +49,7 @@ class FusedLayers:
     def __init__(self, config, layers, keys: torch.Tensor, values: torch.Tensor, cos: torch.Tensor,
                  sin: torch.Tensor):
         if not available():
-            raise RuntimeError("the fused layers need specdec._layers and specdec._quant (built by the install where "
+            raise RuntimeError("the fused layers need specdec.native._layers and specdec.native._quant (built by the install where "
                                "a C compiler is there) on an x86 CPU with AVX2, FMA and F16C")
         c = self.config = config
         max_length = keys.shape[2] if isinstance(keys, torch.Tensor) and keys.dim() == 4 else -1

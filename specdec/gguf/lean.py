@@ -2,11 +2,11 @@
 
 Why not Hugging Face's modules: with quantized weights a step reads a sixth of the fp32 bytes, so the fixed cost per
 layer (Python calls, small ops, cache bookkeeping) becomes a large share of it. Here a layer is a short straight run
-of calls on preallocated state: one native RMSNorm call (specdec/rowops.py: torch's takes five small ops), the
+of calls on preallocated state: one native RMSNorm call (specdec/native/rowops.py: torch's takes five small ops), the
 q|k|v products (one call per run of one weight type), rotary as two multiplies, a roll and an add on q and k
 together, two writes into a static KV cache, one attention call, the output product, the MLP's gate|up as one
 product, one native silu(gate) * up, down, and the two residual adds. A decoding step or a verify pass runs that
-same sequence for every layer in one native call (specdec/fused_layers.py: the same kernels, the same bits); a
+same sequence for every layer in one native call (specdec/gguf/fused_layers.py: the same kernels, the same bits); a
 prompt pass runs it here, layer by layer.
 
 Batch invariance: every product runs on `QuantMatrix.matmul` (order-fixed per output, whatever the row count and
@@ -26,10 +26,12 @@ from typing import Sequence
 import torch
 import torch.nn.functional as F
 
-from . import attention, fused_layers, quant, rowops
-from .attention import MAX_INVARIANT_ROWS, causal_attention
-from .features import KeepsFeatures
-from .gguf_model import GGUFModel, read_gguf
+from specdec.native import attention, rowops
+
+from specdec.gguf import fused_layers, quant
+from specdec.native.attention import MAX_INVARIANT_ROWS, causal_attention
+from specdec.features import KeepsFeatures
+from specdec.gguf.model import GGUFModel, read_gguf
 
 DEFAULT_MAX_LENGTH = 4096
 

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import torch
 
-from .errors import InvalidModelDirError, VocabularyMismatchError
-from .kernels import (
+from specdec.errors import InvalidModelDirError, VocabularyMismatchError
+from specdec.fp32.kernels import (
     apply_bf16_tables,
     available_backends,
     fastest_backends,
@@ -24,7 +24,7 @@ from .kernels import (
     use_row_adaptive_bf16_linear,
 )
 
-from .runtime import LINEAR_KERNELS, WEIGHTS, Runtime  # noqa: F401  (re-exported: callers import them here)
+from specdec.runtime import LINEAR_KERNELS, WEIGHTS, Runtime  # noqa: F401  (re-exported: callers import them here)
 
 MANIFEST = "manifest.json"
 DTYPES = ("float32", "bfloat16", "float16")
@@ -70,7 +70,7 @@ def load_for_decoding(model_dir, runtime: Runtime, backend_tables: dict[str, dic
         raise RuntimeError("runtime device is 'cuda' but torch sees no CUDA device")
     if runtime.weights != "safetensors":
         raise ValueError(f"load_for_decoding loads prepared safetensors directories; runtime weights "
-                         f"{runtime.weights!r} load through specdec.gguf_loading.load_gguf_for_decoding")
+                         f"{runtime.weights!r} load through specdec.gguf.loading.load_gguf_for_decoding")
     model, tokenizer = load_model(model_dir, dtype=runtime.dtype, device=runtime.device)
     if runtime.device != "cpu" or runtime.linear_kernel == "default":
         return model, tokenizer

@@ -1,7 +1,7 @@
-"""`python -m specdec.native_check`: exit 1 where the native kernels should have been built and were not.
+"""`python -m specdec.native.check`: exit 1 where the native kernels should have been built and were not.
 
-On an x86 machine with a C compiler and a CPU with AVX2 and FMA the install must build specdec._linear and
-specdec._attention from their current sources; the install itself goes on without them (they are optional, for
+On an x86 machine with a C compiler and a CPU with AVX2 and FMA the install must build specdec.native._linear and
+specdec.native._attention from their current sources; the install itself goes on without them (they are optional, for
 machines without a compiler), so CI asks here: a silently failed build would leave it without kernel coverage."""
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ def should_be_built() -> bool:
 
 
 def main() -> int:
-    from . import kernels
+    from specdec.fp32 import kernels
 
     if not should_be_built():
         print("specdec native kernels: not expected here (no x86 AVX2/FMA CPU or no C compiler)")

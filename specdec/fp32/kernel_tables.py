@@ -1,12 +1,12 @@
 """Kernel tables: the timings that the time_linear_backends and time_bf16_products stages write, turned into the
-product each weight shape runs per row count (what a model loads with, specdec.kernels) or written compactly for
+product each weight shape runs per row count (what a model loads with, specdec.fp32.kernels) or written compactly for
 provenance. No torch here: the workflow's table stages read these without importing it."""
 
 from __future__ import annotations
 
 from typing import Iterable, Mapping
 
-# Products of a bf16 weight (specdec.kernels.BF16_PRODUCTS): torch's own bf16 product; the AVX2 kernel reading the
+# Products of a bf16 weight (specdec.fp32.kernels.BF16_PRODUCTS): torch's own bf16 product; the AVX2 kernel reading the
 # bf16 weights.
 BF16_BACKENDS = ("bf16", "avx2-bf16")
 # What a bf16 layer can run a product on: a bf16 product, or the fp32 copy of the same values.

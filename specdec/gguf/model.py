@@ -25,9 +25,9 @@ from typing import Any, Mapping
 import numpy as np
 import torch
 
-from . import quant
-from .gguf_header import GGUFFileError, TensorInfo, read_header
-from .quant import BLOCKS, SUPPORTED_TYPES, QuantMatrix, UnsupportedTensorType
+from specdec.gguf import quant
+from specdec.gguf.header import GGUFFileError, TensorInfo, read_header
+from specdec.gguf.quant import BLOCKS, SUPPORTED_TYPES, QuantMatrix, UnsupportedTensorType
 
 ARCHITECTURE = "qwen2"
 VECTOR_TYPES = ("F32", "F16")  # norms and biases: read as fp32

@@ -24,15 +24,15 @@ from typing import Callable, Mapping
 
 import torch
 
-from .drafts.registry import gguf_draft_source  # noqa: F401  (re-exported: the study imports it here)
-from .errors import DraftSpecError
+from specdec.drafts.registry import gguf_draft_source  # noqa: F401  (re-exported: the study imports it here)
+from specdec.errors import DraftSpecError
 # the header alone (gguf_header; re-exported: imported from here by the CLI, the workflow and the tests)
-from .gguf_header import (GGUF_VERSIONS, VOCABULARY_KEY, GGUFFileError, GGUFHeader, TensorInfo,  # noqa: F401
+from specdec.gguf.header import (GGUF_VERSIONS, VOCABULARY_KEY, GGUFFileError, GGUFHeader, TensorInfo,  # noqa: F401
                           read_header)
-from .gguf_model import ARCHITECTURE, GGUFModelError, read_gguf
-from .lean import LeanLM
-from .loading import Runtime, check_same_vocabulary
-from .quant import SUPPORTED_TYPES, UnsupportedTensorType
+from specdec.gguf.model import ARCHITECTURE, GGUFModelError, read_gguf
+from specdec.gguf.lean import LeanLM
+from specdec.fp32.loading import Runtime, check_same_vocabulary
+from specdec.gguf.quant import SUPPORTED_TYPES, UnsupportedTensorType
 
 GGUF_SUFFIX = ".gguf"
 

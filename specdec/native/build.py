@@ -1,5 +1,5 @@
 """How the native modules are built and identified: one definition for setup.py (which loads this file by path,
-before torch or specdec can be imported) and for the engine (specdec.kernels.kernel_build and its staleness check).
+before torch or specdec can be imported) and for the engine (specdec.fp32.kernels.kernel_build and its staleness check).
 
 A module's build id hashes its C source and these flags; setup.py compiles it in (SPECDEC_BUILD), so a loaded module
 says which code it is, and a source edited after the build is noticed."""
@@ -20,7 +20,7 @@ def source_path(name: str) -> Path:
 
 
 def headers() -> list[Path]:
-    """The headers every native module includes (specdec/_simd.h)."""
+    """The headers every native module includes (specdec/native/_simd.h)."""
     return sorted(Path(__file__).parent.glob("_*.h"))
 
 
@@ -37,7 +37,7 @@ def loaded_modules() -> dict:
     modules = {}
     for name in NATIVE_MODULES:
         try:
-            modules[name] = importlib.import_module(f"specdec.{name}")
+            modules[name] = importlib.import_module(f"specdec.native.{name}")
         except ImportError:
             modules[name] = None
     return modules

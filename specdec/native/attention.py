@@ -1,4 +1,4 @@
-"""Batch-invariant attention for decoding (specdec/_attention.c), as a Hugging Face attention implementation.
+"""Batch-invariant attention for decoding (specdec/native/_attention.c), as a Hugging Face attention implementation.
 
 Why: torch's attention kernels block their work by the number of query rows and keys, so a position's attention
 output in a verify pass over m positions differs in the last bits from the same position's in a one-token step, and
@@ -16,13 +16,13 @@ import torch
 from torch import nn
 
 try:
-    from . import _attention
+    from specdec.native import _attention
 except ImportError:  # not built (no compiler at install time)
     _attention = None
 
 NAME = "specdec_invariant"
 MAX_INVARIANT_ROWS = 32  # query rows run on the native kernel; more (a prompt pass) on torch's SDPA
-MAX_HEAD_DIM = 512  # the kernel's stack accumulator (specdec/_attention_kernels.h)
+MAX_HEAD_DIM = 512  # the kernel's stack accumulator (specdec/native/_attention_kernels.h)
 KV_DTYPES = (torch.float32, torch.bfloat16)
 
 
@@ -69,7 +69,7 @@ def causal_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor
     query (1, heads, m, head_dim), key and value (1, kv_heads, L, head_dim) fp32 or bf16 -> (1, m, heads,
     head_dim) fp32, the layout Hugging Face's attention functions return."""
     if not available():
-        raise RuntimeError("the native attention is not available here (specdec._attention not built, or a CPU "
+        raise RuntimeError("the native attention is not available here (specdec.native._attention not built, or a CPU "
                            "without AVX2 and FMA)")
     # the kernel reads the head dimension contiguously: a transposed product's output (weight_major) is copied
     query, key, value = (t if t.dim() != 4 or t.stride(-1) == 1 else t.contiguous() for t in (query, key, value))
@@ -115,7 +115,7 @@ def _register() -> None:
 def use_invariant_attention(model: nn.Module) -> nn.Module:
     """Make a Hugging Face model run the batch-invariant attention (in place); returns the model."""
     if not available():
-        raise RuntimeError("the batch-invariant attention needs specdec._attention (built by the install where a C "
+        raise RuntimeError("the batch-invariant attention needs specdec.native._attention (built by the install where a C "
                            "compiler is there) on a CPU with AVX2 and FMA")
     _register()
     model.config._attn_implementation = NAME

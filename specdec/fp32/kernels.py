@@ -7,7 +7,7 @@ AMX it is at the floor for one row. So a linear layer carries a table, row count
 measured on the machine itself (`time_backends` + `fastest_backends`: `runtime.linear_kernel: auto`).
 
 fp32 backends: "linear" (torch's F.linear), "weight_major" (W @ xᵀ, the weight as the left operand), "avx2"
-(specdec/_linear.c: every weight read once for 1-16 rows; built by the install where a C compiler is there, used
+(specdec/native/_linear.c: every weight read once for 1-16 rows; built by the install where a C compiler is there, used
 only on CPUs with AVX2 and FMA). A bf16 layer (a draft held in bf16) uses RowAdaptiveBf16Linear instead, on torch's
 bf16 product, the same C kernel reading bf16 weights ("avx2-bf16") or an fp32 copy of the same values, per shape and
 row count whichever `tune_row_adaptive_bf16` measures fastest when the model loads.
@@ -23,8 +23,8 @@ from typing import Callable, Iterable, Mapping
 import torch
 from torch import nn
 
-from . import native_build
-from .kernel_tables import (  # noqa: F401  (the table readers, re-exported)
+from specdec.native import build as native_build
+from specdec.fp32.kernel_tables import (  # noqa: F401  (the table readers, re-exported)
     BF16_BACKENDS,
     BF16_CHOICES,
     backend_spans,
@@ -34,7 +34,7 @@ from .kernel_tables import (  # noqa: F401  (the table readers, re-exported)
 )
 
 try:
-    from . import _linear
+    from specdec.native import _linear
 except ImportError:  # not built (no compiler at install time): the torch backends remain
     _linear = None
 
@@ -54,7 +54,7 @@ def _weight_major(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, laye
 
 def check_native_product(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, weight_dtype: torch.dtype,
                          layer: str = "linear layer") -> None:
-    """Everything specdec/_linear.c relies on, checked before its raw addresses are formed: the weight's dtype (the
+    """Everything specdec/native/_linear.c relies on, checked before its raw addresses are formed: the weight's dtype (the
     kernel reads its bytes as `weight_dtype`), device, shape and contiguity; the input's width; the bias's length.
     A wrong call is a clear error naming the layer, never a read past a buffer or silent garbage."""
     for name, tensor in (("weight", w), ("input", x), ("bias", b)):
@@ -79,7 +79,7 @@ def check_native_product(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | Non
 
 def _c_product(kernel: Callable, weight_dtype: torch.dtype, x: torch.Tensor, w: torch.Tensor,
                b: torch.Tensor | None, layer: str) -> torch.Tensor:
-    """x @ wᵀ (+ b) on a specdec._linear kernel, every argument checked first; x and b as contiguous fp32 (no-ops
+    """x @ wᵀ (+ b) on a specdec.native._linear kernel, every argument checked first; x and b as contiguous fp32 (no-ops
     when they are), fp32 result."""
     check_native_product(x, w, b, weight_dtype, layer)
     y = torch.empty(x.shape[0], w.shape[0], dtype=torch.float32)
@@ -94,7 +94,7 @@ def _c_product(kernel: Callable, weight_dtype: torch.dtype, x: torch.Tensor, w: 
 
 def _avx2(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, layer: str = "linear layer") -> torch.Tensor:
     if _linear is None:
-        raise RuntimeError("the avx2 product needs specdec._linear, which was not built here")
+        raise RuntimeError("the avx2 product needs specdec.native._linear, which was not built here")
     return _c_product(_linear.linear, torch.float32, x, w, b, layer)
 
 
@@ -102,7 +102,7 @@ def _avx2_bf16(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None,
                layer: str = "linear layer") -> torch.Tensor:
     """x (any float dtype) times a bf16 weight, fp32 accumulation, fp32 result."""
     if _linear is None:
-        raise RuntimeError("the avx2-bf16 product needs specdec._linear, which was not built here")
+        raise RuntimeError("the avx2-bf16 product needs specdec.native._linear, which was not built here")
     return _c_product(_linear.linear_bf16, torch.bfloat16, x, w, b, layer)
 
 
@@ -134,7 +134,7 @@ class BackendLinear(nn.Module):
         if unknown:
             raise ValueError(f"unknown linear backend(s) {sorted(unknown)}; known: {sorted(BACKENDS)}")
         if "avx2" in {backend, *(table or {}).values()} and "avx2" not in available_backends():
-            raise RuntimeError("the avx2 linear backend is not available here (specdec._linear not built, or a CPU "
+            raise RuntimeError("the avx2 linear backend is not available here (specdec.native._linear not built, or a CPU "
                                "without AVX2 and FMA)")
         self.in_features, self.out_features = linear.in_features, linear.out_features
         self.weight, self.bias = linear.weight, linear.bias
@@ -183,7 +183,7 @@ class RowAdaptiveBf16Linear(nn.Module):
 
     Which is fastest depends on the machine and on the rows. On a CPU without native bf16 arithmetic (this project's
     AMD machines) torch's bf16 product of one row reads half the fp32 bytes but many rows are emulated and slow (a
-    bf16 draft's prompt pass took 2.7x its fp32 time), while the AVX2 kernel ("avx2-bf16", specdec/_linear.c widens
+    bf16 draft's prompt pass took 2.7x its fp32 time), while the AVX2 kernel ("avx2-bf16", specdec/native/_linear.c widens
     each weight to fp32 in registers) runs one row at 1.2-1.3x the bandwidth floor; on an Intel Xeon with AMX torch's
     bf16 product costs the same for 1 and 32 rows. `tune_row_adaptive_bf16` measures the three on the machine and
     sets a table per row count (set_table). Without one: `backend` up to `max_bf16_rows` (default: the backend's
@@ -203,7 +203,7 @@ class RowAdaptiveBf16Linear(nn.Module):
         if unknown:
             raise ValueError(f"unknown bf16 product(s) {sorted(unknown)}; known: {BF16_CHOICES}")
         if "avx2-bf16" in {backend, *(table or {}).values(), beyond} and "avx2-bf16" not in available_bf16_backends():
-            raise RuntimeError("the avx2-bf16 backend is not available here (specdec._linear not built, or a CPU "
+            raise RuntimeError("the avx2-bf16 backend is not available here (specdec.native._linear not built, or a CPU "
                                "without AVX2 and FMA)")
         self.in_features, self.out_features = linear.in_features, linear.out_features
         self.max_bf16_rows = BF16_MAX_ROWS[backend] if max_bf16_rows is None else max_bf16_rows
@@ -245,7 +245,7 @@ class RowAdaptiveBf16Linear(nn.Module):
 
 def invariant_kernels_available() -> bool:
     """Whether this machine can run the batch-invariant setup: the native linear and attention kernels."""
-    from . import attention
+    from specdec.native import attention
 
     return "avx2" in available_backends() and attention.available()
 
@@ -254,13 +254,13 @@ def use_invariant_kernels(model: nn.Module, bf16_tables: Mapping[str, Mapping] |
     """Make a position's logits the same bits in a one-token step and in a pass over up to INVARIANT_ROWS positions,
     on any thread count (in place; returns the model): every fp32 product of up to INVARIANT_ROWS rows on the avx2
     kernel, every bf16 one on avx2-bf16 (the same order on the bf16 values), attention on the native kernel
-    (specdec/attention.py). Prompt passes run on the fastest products (bf16: `bf16_tables`' "beyond" where given);
+    (specdec/native/attention.py). Prompt passes run on the fastest products (bf16: `bf16_tables`' "beyond" where given);
     their rows are never compared with a step's, since the baseline and the speculative loop share them."""
-    from . import attention
+    from specdec.native import attention
 
     if not invariant_kernels_available():
-        raise RuntimeError("linear_kernel 'invariant' needs specdec's native kernels (specdec._linear and "
-                           "specdec._attention, built by the install where a C compiler is there) on an x86 CPU with "
+        raise RuntimeError("linear_kernel 'invariant' needs specdec's native kernels (specdec.native._linear and "
+                           "specdec.native._attention, built by the install where a C compiler is there) on an x86 CPU with "
                            "AVX2 and FMA; they are missing here. Reinstall with a compiler, or set "
                            "runtime.linear_kernel: auto (fastest per row count, not batch-invariant: greedy identity "
                            "then rests on the near-tie diagnosis)")
