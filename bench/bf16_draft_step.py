@@ -3,7 +3,7 @@ weights ("avx2-bf16"), and both against the fp32 copy of the same values ("fp32-
 uses beyond its backend's BF16_MAX_ROWS) and the per-row choice the engine measures when it loads ("tuned",
 tune_row_adaptive_bf16), over m new positions after a 256-token cache, interleaved in one process,
 medians, next to the bandwidth floor of the draft's bf16 bytes (the roofline stage's loop,
-specdec/study/roofline.py). m = 1, 2 is a draft step; m of 9-64 is a hybrid draft's catch-up over prompt and
+specdec/study/cost/roofline.py). m = 1, 2 is a draft step; m of 9-64 is a hybrid draft's catch-up over prompt and
 generated tokens, which sets BF16_MAX_ROWS. Run it alone on the machine (docs/performance.md, "A bf16 draft").
 
     python bench/bf16_draft_step.py --draft resources/models/qwen2.5-coder-0.5b-instruct --repeats 9
@@ -22,8 +22,8 @@ from specdec.fp32.kernels import (
     use_row_adaptive_bf16_linear,
 )
 from specdec.fp32.loading import load_model
-from specdec.study.profiling import memory_bandwidth
-from specdec.study.roofline import kernel_roofline
+from specdec.study.cost.profiling import memory_bandwidth
+from specdec.study.cost.roofline import kernel_roofline
 
 
 def main() -> None:

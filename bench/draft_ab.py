@@ -1,6 +1,6 @@
 """Before/after of a draft's dtype on the real pair: baseline and speculative decoding with the same draft model in
 several dtypes (or the bf16 model with its products chosen the old way), in one process, interleaved (see
-specdec/study/ab.py). Greedy.
+specdec/study/decoding/ab.py). Greedy.
 
     python bench/draft_ab.py --prompts results/prompts/code.parquet --count 3 --k 4 8 \
         --variants float32 bfloat16 --out results/tables/draft_dtype_ab.csv
@@ -16,9 +16,9 @@ import pandas as pd
 
 from specdec.fp32.kernels import BF16_MAX_ROWS, RowAdaptiveBf16Linear
 from specdec.fp32.loading import Runtime, load_for_decoding
-from specdec.study.ab import draft_ab_table, run_draft_ab
+from specdec.study.decoding.ab import draft_ab_table, run_draft_ab
 from specdec.study.io import write_csv
-from specdec.study.jobs import make_draft
+from specdec.study.decoding.jobs import make_draft
 
 
 def fix_bf16_products(proposer) -> None:

@@ -1,5 +1,5 @@
 """Plain and speculative decoding on the GGUF pair under each product kernel, in one process, interleaved: per prompt
-every (kernel, method) runs back to back, the order rotating from prompt to prompt (specdec/study/interleave.py).
+every (kernel, method) runs back to back, the order rotating from prompt to prompt (specdec/study/decoding/interleave.py).
 Greedy. The kernels give the same bits, so every run of a prompt must give the same tokens (checked); what differs
 is time. Prints, per kernel and method, generation tokens/s (after the prompt pass, as the side-by-side job counts
 them), the median speedup of that phase over the same kernel's plain decoding and over the first kernel's plain
@@ -27,13 +27,13 @@ from specdec.gguf import quant
 from specdec.decode import generate_baseline, generate_speculative
 from specdec.fp32.kernels import kernel_build
 from specdec.fp32.loading import Runtime
-from specdec.study.interleave import run_interleaved
+from specdec.study.decoding.interleave import run_interleaved
 from specdec.study.io import write_csv
-from specdec.study.jobs import load_target, make_draft
+from specdec.study.decoding.jobs import load_target, make_draft
 from specdec.study.machine import machine_record
 from specdec.study.provenance import model_record, versions
 from specdec.study.stats import bootstrap_median_interval
-from specdec.study.vs_llamacpp import generation_rate
+from specdec.study.peers.vs_llamacpp import generation_rate
 
 DRAFT_SPECS = {"model": {"kind": "model", "model": "draft"}, "lookup": {"kind": "prompt_lookup", "ngram_max": 3},
                "hybrid": {"kind": "hybrid", "model": "draft", "ngram_max": 3}}

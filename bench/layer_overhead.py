@@ -21,7 +21,7 @@ import torch
 
 from specdec.gguf.model import read_gguf
 from specdec.gguf.lean import LeanLM
-from specdec.study.profiling import memory_bandwidth
+from specdec.study.cost.profiling import memory_bandwidth
 
 FORWARDS = {"fused": True, "python": False}
 

@@ -20,7 +20,7 @@ import torch
 
 from specdec.gguf import quant
 from specdec.gguf.lean import LeanLM
-from specdec.study.profiling import memory_bandwidth
+from specdec.study.cost.profiling import memory_bandwidth
 
 
 def main() -> None:

@@ -13,11 +13,11 @@ from pathlib import Path
 import pandas as pd
 
 from specdec.fp32.loading import Runtime, load_for_decoding
-from specdec.study.costmodel import fit_cost_model, profiled_shapes
-from specdec.study.jobs import read_backend_tables
-from specdec.study.machines import MachineFit
-from specdec.study.prediction import forward_seconds
-from specdec.study.profiling import profile_model, profile_models
+from specdec.study.cost.model import fit_cost_model, profiled_shapes
+from specdec.study.decoding.jobs import read_backend_tables
+from specdec.study.cost.verdict import MachineFit
+from specdec.study.cost.prediction import forward_seconds
+from specdec.study.cost.profiling import profile_model, profile_models
 
 MODELS = ["qwen2.5-coder-0.5b-instruct", "qwen2.5-coder-1.5b-instruct"]  # draft, target: the fit's pair
 

@@ -124,7 +124,7 @@ def acceptance_probability(p_x: torch.Tensor, q_x: torch.Tensor) -> torch.Tensor
     Why the rule is exact: x is drawn and kept with probability q(x) min(1, p(x)/q(x)) = min(p(x), q(x)); a rejection
     happens with probability 1 - sum min(p, q) = sum max(0, p - q), and is followed by a draw from
     residual_distribution, normalise(max(0, p - q)); so y is emitted with probability min(p, q)(y) + max(0, p - q)(y)
-    = p(y). Both the decoding loop and the distribution check's laws (specdec.study.distribution) call this and
+    = p(y). Both the decoding loop and the distribution check's laws (specdec.study.verify.distribution) call this and
     residual_distribution: there is one rule."""
     return (p_x.double() / q_x.double()).clamp_max(1.0)
 

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from specdec.drafts import ModelDraft
-from specdec.study.ab import AB_COLUMNS, draft_ab_table, run_draft_ab
+from specdec.study.decoding.ab import AB_COLUMNS, draft_ab_table, run_draft_ab
 from specdec.testing import perturbed_copy, tiny_qwen2
 from scripts import load_script
 

@@ -14,7 +14,7 @@ import torch
 
 from specdec import testing
 from specdec.cli import main
-from specdec.study.models import prepare_model
+from specdec.study.prepare.models import prepare_model
 from specdec.testing import TINY_VOCAB, perturbed_copy, tiny_qwen2
 
 V = TINY_VOCAB

@@ -9,7 +9,7 @@ import pytest
 import torch
 from scipy import stats
 
-from specdec.study.costmodel import (
+from specdec.study.cost.model import (
     QWEN25_0_5B,
     QWEN25_1_5B,
     TERMS,
@@ -26,7 +26,7 @@ from specdec.study.costmodel import (
     profiled_shapes,
     verify_cost,
 )
-from specdec.study.machines import (
+from specdec.study.cost.verdict import (
     DRAFT_COLUMNS,
     MACHINE_COLUMNS,
     MachineFit,
@@ -35,7 +35,7 @@ from specdec.study.machines import (
     predicted_cells,
     verdict_text,
 )
-from specdec.study.prediction import (
+from specdec.study.cost.prediction import (
     DRAFTS_COLUMNS,
     FITTED_DRAFT_COLUMNS,
     DRAFTS_EXTRA_COLUMNS,
@@ -47,7 +47,7 @@ from specdec.study.prediction import (
     profiled_costmodel_table,
     roofline,
 )
-from specdec.study.profiling import memory_bandwidth, param_bytes, profile_model, profile_models
+from specdec.study.cost.profiling import memory_bandwidth, param_bytes, profile_model, profile_models
 from specdec.testing import tiny_qwen2
 
 POSITIONS = (1, 2, 3, 5, 9)

@@ -8,9 +8,10 @@ import torch
 
 from specdec.decode import generate_baseline
 from specdec.drafts import ModelDraft
-from specdec.study import diagnose, llamacpp
-from specdec.study.diagnose import diagnose_divergence
-from specdec.study.divergence import first_difference
+from specdec.study.verify import diagnose
+from specdec.study.peers import llamacpp
+from specdec.study.verify.diagnose import diagnose_divergence
+from specdec.study.verify.divergence import first_difference
 from specdec.testing import perturbed_copy, tiny_qwen2
 
 

@@ -4,7 +4,7 @@ import pandas as pd
 import pytest
 import torch
 
-from specdec.study.distill import (
+from specdec.study.training.distill import (
     DistillSettings,
     distill,
     distillation_loss,

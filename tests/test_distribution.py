@@ -26,8 +26,8 @@ from specdec.gguf.model import read_gguf
 from specdec.gguf.lean import LeanLM
 from specdec.lm import PrefixMemoLM
 from specdec.sampling import SamplingConfig, speculative_step, warp_logits
-from specdec.study.analysis import judge_distribution_checks
-from specdec.study.distribution import (
+from specdec.study.report.analysis import judge_distribution_checks
+from specdec.study.verify.distribution import (
     MemoisedHeadDraft,
     EXACT,
     SAMPLERS,
@@ -39,7 +39,7 @@ from specdec.study.distribution import (
     residual_drawn_from_p,
     run_distribution_checks,
 )
-from specdec.study.distribution import (
+from specdec.study.verify.distribution import (
     WRONG_SAMPLERS as STUDY_WRONG_SAMPLERS,
 )
 from specdec.study.stats import chi_square_gof, chi_square_power, samples_for_power, total_variation
@@ -61,7 +61,7 @@ K = 2
 
 
 # --- wrong samplers: each breaks one piece of the rule -------------------------------------------------------------
-residual_from_p = residual_drawn_from_p  # the study's own wrong sampler (specdec.study.distribution)
+residual_from_p = residual_drawn_from_p  # the study's own wrong sampler (specdec.study.verify.distribution)
 
 
 def ratio_inverted(p, q, draft_tokens, generator):
@@ -206,7 +206,7 @@ def test_end_to_end_test_rejects_wrong_sampler():
     assert fit.p_value < THRESHOLD
 
 
-# --- the real-pair check's machinery (specdec.study.distribution), on a tiny pair with a realistic vocabulary ----------
+# --- the real-pair check's machinery (specdec.study.verify.distribution), on a tiny pair with a realistic vocabulary ----------
 MEMO_SAMPLES = 3_000
 
 
@@ -696,6 +696,6 @@ def test_the_stronger_wrong_sampler_is_used_where_the_first_has_no_power():
 
 
 def test_the_verdicts_default_wrong_sampler_is_the_checks_first():
-    from specdec.study.distribution_verdict import FIRST_WRONG_SAMPLER
+    from specdec.study.verify.distribution_verdict import FIRST_WRONG_SAMPLER
 
     assert FIRST_WRONG_SAMPLER == STUDY_WRONG_SAMPLERS[0].name

@@ -18,8 +18,8 @@ from specdec.drafts.feature_head import FeatureHead, FeatureHeadDraft, HeadCache
 from specdec.errors import DraftSpecError
 from specdec.lm import CachedLM, PrefixMemoLM
 from specdec.sampling import SamplingConfig
-from specdec.study.distribution import exact_first_tokens
-from specdec.study.feature_head import (
+from specdec.study.verify.distribution import exact_first_tokens
+from specdec.study.training.feature_head import (
     FeatureHeadSettings,
     drafting_vocabulary,
     greedy_blocks,
@@ -521,7 +521,7 @@ def test_a_q8_0_drafting_copy_runs_the_quantized_product_keeps_identity_and_leav
 
 
 def test_the_agreement_table_counts_blocks_by_draft_position():
-    from specdec.study.head_agreement import agreement_rows
+    from specdec.study.training.head_agreement import agreement_rows
 
     blocks = torch.tensor([[1, 1, 0], [1, 0, 1], [0, 1, 1], [1, 1, 1]], dtype=torch.bool)
     rows = agreement_rows("h", "code", [blocks[:2], blocks[2:]])

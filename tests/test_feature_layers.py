@@ -20,8 +20,8 @@ from specdec.errors import DraftSpecError
 from specdec.gguf.lean import LeanLM, _runs_between
 from specdec.lm import CachedLM, PrefixMemoLM
 from specdec.sampling import SamplingConfig
-from specdec.study.distribution import exact_first_tokens
-from specdec.study.feature_head import (
+from specdec.study.verify.distribution import exact_first_tokens
+from specdec.study.training.feature_head import (
     LAYERS_FILE,
     FeatureHeadSettings,
     greedy_blocks,
@@ -325,8 +325,8 @@ def test_a_fused_head_keeps_the_target_law_and_a_wrong_rule_is_rejected(monkeypa
 def test_heads_fusing_different_layers_read_their_own_columns_of_shared_rows():
     """head_agreement keeps the union of the heads' layers once; each head reads the final hidden state and its own
     layers' columns, and the table equals each head's greedy_blocks on rows made with only its layers."""
-    from specdec.study.feature_head import layer_columns, self_distilled
-    from specdec.study.head_agreement import agreement_table
+    from specdec.study.training.feature_head import layer_columns, self_distilled
+    from specdec.study.training.head_agreement import agreement_table
 
     rows = torch.arange(2 * 4 * 3, dtype=torch.float32).reshape(2, 12)  # final, layers 0, 1, 2; width 3
     assert layer_columns(rows, [0, 1, 2], [2], 3).tolist() == [[0, 1, 2, 9, 10, 11], [12, 13, 14, 21, 22, 23]]

@@ -19,7 +19,7 @@ from specdec.gguf.model import GGUFModelError
 from specdec.gguf.lean import LeanLM
 from specdec.fp32.loading import Runtime, load_for_decoding
 from specdec.gguf.quant import UnsupportedTensorType
-from specdec.study.jobs import DecodeJob, make_draft, run_decode_jobs
+from specdec.study.decoding.jobs import DecodeJob, make_draft, run_decode_jobs
 from specdec.testing import (CHARS, GGUF_TARGET_SCALES, add_gguf_metadata, gguf_tokenizer_fields, tiny_gguf,
                              tiny_gguf_with_tokenizer, tiny_tokenizer)
 
@@ -228,7 +228,7 @@ class Wrong:
 def test_a_divergence_is_reported_as_one_never_as_a_near_tie(files, prompts, monkeypatch):
     """The mutation a batch-variant engine would look like: the job reports it divergent (near_tie False) without
     replaying it (the near-tie diagnosis runs Hugging Face models and finds rounding where there is none here)."""
-    from specdec.study import jobs
+    from specdec.study.decoding import jobs
 
     target, vocabulary = load_gguf_for_decoding(files["target"], GGUF, max_length=64)
     draft = make_draft("d", {"kind": "model", "model": "draft"}, target, vocabulary, files["draft"], GGUF)
@@ -242,7 +242,7 @@ def test_a_divergence_is_reported_as_one_never_as_a_near_tie(files, prompts, mon
 
 
 def test_only_the_lean_engine_counts_as_batch_invariant(files):
-    from specdec.study.jobs import _batch_invariant
+    from specdec.study.decoding.jobs import _batch_invariant
     from specdec.testing import tiny_qwen2
 
     assert _batch_invariant(load_gguf_for_decoding(files["draft"], GGUF)[0])

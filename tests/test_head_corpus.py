@@ -1,11 +1,11 @@
-"""The feature heads' corpus (specdec/study/head_corpus.py): files of a pinned wheel cut at line boundaries, each chunk
+"""The feature heads' corpus (specdec/study/training/head_corpus.py): files of a pinned wheel cut at line boundaries, each chunk
 after a request in the chat template, no chunk sharing a line with an evaluation prompt, the wheel's RECORD checked."""
 
 from __future__ import annotations
 
 import pytest
 
-from specdec.study.head_corpus import CorpusPart, corpus_table, line_chunks, shared_lines
+from specdec.study.training.head_corpus import CorpusPart, corpus_table, line_chunks, shared_lines
 from tests.test_prompts import CHAT_TEMPLATE, make_wheel
 
 

@@ -11,9 +11,9 @@ import torch
 
 from specdec.gguf import quant
 from specdec.drafts.feature_head import Q8_0, FeatureHeadDraft, untrained_head
-from specdec.study.costmodel import fit_cost_model, predict_draft_cost_ratio, profiled_shapes
-from specdec.study.prediction import fitted_draft_costs, head_profile_name
-from specdec.study.profiling import _HeadProfileSession, profile_models
+from specdec.study.cost.model import fit_cost_model, predict_draft_cost_ratio, profiled_shapes
+from specdec.study.cost.prediction import fitted_draft_costs, head_profile_name
+from specdec.study.cost.profiling import _HeadProfileSession, profile_models
 from specdec.testing import tiny_qwen2
 
 VOCAB = 64

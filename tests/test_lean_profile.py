@@ -9,8 +9,8 @@ import torch
 from specdec.gguf import fused_layers
 from specdec.gguf.model import read_gguf
 from specdec.gguf.lean import LeanLM
-from specdec.study.costmodel import ModelShape, fit_cost_model, profiled_shapes
-from specdec.study.profiling import profile_models
+from specdec.study.cost.model import ModelShape, fit_cost_model, profiled_shapes
+from specdec.study.cost.profiling import profile_models
 from specdec.testing import tiny_gguf
 
 TOKENS = torch.randint(0, 256, (40,), generator=torch.Generator().manual_seed(5)).tolist()

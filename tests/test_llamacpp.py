@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from specdec.study import llamacpp as lc
+from specdec.study.peers import llamacpp as lc
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "llamacpp"
 REPO = Path(__file__).resolve().parents[1]

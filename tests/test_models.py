@@ -12,9 +12,9 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from specdec.study import models
-from specdec.study import wheels as pypi
-from specdec.study.models import (
+from specdec.study.prepare import models
+from specdec.study.prepare import wheels as pypi
+from specdec.study.prepare.models import (
     ChecksumMismatchError,
     CorruptPartError,
     HubUnreachableError,

@@ -7,7 +7,7 @@ import torch
 
 from specdec.decode import generate_baseline
 from specdec.fp32.kernels import WeightMajorLinear, default_linear, use_weight_major_linear
-from specdec.study.peers import PEERS_COLUMNS, hf_generate, peers_table, run_peers_job
+from specdec.study.peers.hf import PEERS_COLUMNS, hf_generate, peers_table, run_peers_job
 from specdec.testing import perturbed_copy, tiny_qwen2
 
 

@@ -17,8 +17,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from specdec.study import prompts as P
-from specdec.study import wheels
+from specdec.study.prepare import prompts as P
+from specdec.study.prepare import wheels
 from scripts import load_script
 
 ROOT = Path(__file__).resolve().parents[1]

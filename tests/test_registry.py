@@ -27,7 +27,7 @@ from specdec.decode import generate_baseline, generate_speculative
 from specdec.drafts import DraftKind, DraftResources, ModelDraft, Proposal, get_kind, kind_names
 from specdec.lm import CachedLM, PrefixMemoLM
 from specdec.sampling import SamplingConfig
-from specdec.study.distribution import exact_first_tokens
+from specdec.study.verify.distribution import exact_first_tokens
 from specdec.study.stats import chi_square_gof
 from specdec.testing import perturbed_copy, tiny_qwen2
 from toy_draft import RepeatLastDraft  # noqa: F401  (registers the toy kind: every check below runs on it)
@@ -134,7 +134,7 @@ def test_greedy_identity_for_every_kind_on_the_quantized_engine(lean_files, kind
     from specdec.errors import DraftSpecError
     from specdec.gguf.loading import load_gguf_for_decoding
     from specdec.fp32.loading import Runtime
-    from specdec.study.jobs import make_draft
+    from specdec.study.decoding.jobs import make_draft
 
     runtime = Runtime(weights="gguf", threads=1)
     target, vocabulary = load_gguf_for_decoding(lean_files[0], runtime, max_length=64)

@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from specdec.drafts import ModelDraft
-from specdec.study.interleave import batch_of_one, run_in_rotation
-from specdec.study.jobs import DecodeJob, run_decode_job, run_decode_jobs
+from specdec.study.decoding.interleave import batch_of_one, run_in_rotation
+from specdec.study.decoding.jobs import DecodeJob, run_decode_job, run_decode_jobs
 from specdec.testing import perturbed_copy, tiny_qwen2
 
 VOCAB = 64

@@ -1,4 +1,4 @@
-"""The side-by-side job (specdec/study/vs_llamacpp.py): every method on every prompt in rotating order, rates over the
+"""The side-by-side job (specdec/study/peers/vs_llamacpp.py): every method on every prompt in rotating order, rates over the
 generation phase, identity against each engine's own plain run, and ratios per turn summarised with intervals.
 
 llama.cpp's binaries are not built in the tests: its runs here come from a stand-in that replays our own engine's
@@ -18,8 +18,8 @@ import torch
 from specdec.gguf import quant
 from specdec.gguf.loading import load_gguf_for_decoding
 from specdec.fp32.loading import Runtime
-from specdec.study.jobs import make_draft
-from specdec.study.vs_llamacpp import (LLAMACPP, PLAIN, SPECDEC, TABLE_COLUMNS, Method, format_ratios,
+from specdec.study.decoding.jobs import make_draft
+from specdec.study.peers.vs_llamacpp import (LLAMACPP, PLAIN, SPECDEC, TABLE_COLUMNS, Method, format_ratios,
                                        generation_rate, llamacpp_row, methods_for, ours_runner, side_by_side_job,
                                        summarize)
 from specdec.testing import GGUF_TARGET_SCALES, tiny_gguf_with_tokenizer
@@ -184,7 +184,7 @@ def test_a_llamacpp_row_takes_its_counters():
 def test_settings_fill_defaults_and_match_the_schema():
     import yaml
 
-    from specdec.study.llamacpp import SIDE_BY_SIDE_DEFAULTS, side_by_side_settings
+    from specdec.study.peers.llamacpp import SIDE_BY_SIDE_DEFAULTS, side_by_side_settings
 
     s = side_by_side_settings({"vs_llamacpp": {"drafts": {"lookup": "3"}, "llamacpp": {"k": 4}}})
     assert s["drafts"] == {"lookup": 3} and s["llamacpp"] == {"draft": "qwen2.5-coder-0.5b-instruct", "k": 4}

@@ -17,8 +17,8 @@ from specdec.runtime import Runtime
 from specdec.native.build import kernel_build, stale_native_modules
 from specdec.study.config import draft_spec as _draft_spec, validate_config
 from specdec.study.machine import machine_id
-from specdec.study.prediction import head_profile_name, head_step
-from specdec.study.prompts import domain_source_sets, source_file_name
+from specdec.study.cost.prediction import head_profile_name, head_step
+from specdec.study.prepare.prompts import domain_source_sets, source_file_name
 
 
 validate_config(config, SCHEMA)
@@ -43,8 +43,9 @@ THREADS = RUNTIME["threads"]
 # Profiles and fits are kept per machine and engine kernel: a run on another machine adds its own directory.
 # SPECDEC_MACHINE names the machine instead (e.g. a cluster's node type, or a test's second machine).
 MACHINE = os.environ.get("SPECDEC_MACHINE") or machine_id(threads=THREADS)
-# Where a run writes: the study in results/, logs/ and benchmarks/; another results_dir (the quick run's) gets logs
-# and benchmarks of its own too, so runs never overwrite each other. Models and downloads (resources/) are shared.
+# Where a run writes: its results_dir (the study's results/study), and logs/<results_dir>/, benchmarks/<results_dir>/
+# (logs/ and benchmarks/ themselves for results_dir "results"), so runs never overwrite each other. Models and
+# downloads (resources/) are shared.
 # "{machine}" in results_dir stands for the machine id (MACHINE), so one layer run on several CPU types writes
 # one directory per type beside the others (experiments/*/config.yaml).
 R = config["results_dir"].replace("{machine}", MACHINE)
@@ -251,9 +252,9 @@ def profiled_models(drafts):
     return list(dict.fromkeys(names + list(PROFILING.get("extra_models", []))))
 
 
-# machines_dir (default {results_dir}/machines) lets a layer's runs (config/machine-check.yaml) add their cells to the
-# study's machines, whose verdict reads every directory there.
-MACHINES = config.get("machines_dir") or f"{R}/machines"
+# machines_dir (default results/machines, the study's and every layer's: an experiment's runs add their machine's
+# profiles, fit and cells there, and the verdict reads every directory there; the quick run keeps its own).
+MACHINES = config["machines_dir"]
 # the gguf regime's quantized kernel has no linear_kernel choice: its fits would go under .../gguf
 MACHINE_DIR = f"{MACHINES}/{MACHINE}/{'gguf' if GGUF else RUNTIME['linear_kernel']}"
 
@@ -431,7 +432,7 @@ def distill_training(wildcards):
 # --- llama.cpp ---------------------------------------------------------------------------------------------------
 # The llamacpp stage (workflow/rules/llamacpp.smk, docs/llamacpp.md): llama.cpp built from the pinned sdist, run on
 # the study's GGUF files and prompts. Not part of the default DAG: only `snakemake llamacpp` (or its files) run it.
-from specdec.study import llamacpp as _llamacpp
+from specdec.study.peers import llamacpp as _llamacpp
 
 LLAMACPP = _llamacpp.settings(config)
 LLAMACPP_DIR = f"resources/llamacpp/{LLAMACPP['version']}"

@@ -72,8 +72,8 @@ rule distill_draft:
         teacher="resources/distill/teacher",
     output:
         model=directory("resources/models/{distilled}"),
-        loss="results/distill/{distilled}/loss.csv",
-        plot=report("results/plots/distill_{distilled}.png", caption="../report/distill.rst", category="Drafts"),
+        loss="results/study/distill/{distilled}/loss.csv",
+        plot=report("results/study/plots/distill_{distilled}.png", caption="../report/distill.rst", category="Drafts"),
     params:
         settings=distill_training,
         checkpoints=lambda wc: f"resources/distill/{wc.distilled}/checkpoints",

@@ -1,7 +1,10 @@
 # Feature-level draft heads (draft kind feature_head, docs/feature-head.md): one decoder layer over the target's own
 # features, trained on the target's greedy answers to training prompts (none of the evaluation prompts) and its
-# features there, kept while generating them (feature_head.data in config.yaml). Named target:
+# features there, kept while generating them (feature_head.data in config/heads.yaml). Named target:
 # `snakemake train_feature_heads`; a decode job of a feature-head draft trains it first if its directory is missing.
+# Its training curves go to the feature-head experiment (results/experiments/feature-head/), whatever results_dir:
+# a head is trained once for every layer that decodes it. Without feature_head in the config the heads' data default
+# to the distillation's domains (schema defaults).
 
 FEATURE_HEADS = drafts_made_by("train_feature_head")
 HEAD_DATA = (config.get("feature_head") or {}).get("data") or {}
@@ -196,8 +199,9 @@ rule train_feature_head:
         unpack(head_training_inputs),
     output:
         model=directory("resources/models/{head}"),
-        loss="results/feature_head/{head}/loss.csv",
-        plot=report("results/plots/feature_head_{head}.png", caption="../report/feature_head.rst",
+        loss="results/experiments/feature-head/training/{head}/loss.csv",
+        plot=report("results/experiments/feature-head/plots/feature_head_{head}.png",
+                    caption="../report/feature_head.rst",
                     category="Drafts"),
     params:
         settings=feature_head_training,
@@ -221,9 +225,9 @@ rule train_feature_heads:
 
 
 # head_agreement (`snakemake --cores 2 --configfile LAYER -- head_agreement`, a layer naming the heads, e.g.
-# config/feature-head-ttt.yaml):
+# experiments/feature-head-ttt/config.yaml):
 # the heads' greedy drafts checked offline, by draft position, on the target's greedy answers to the evaluation
-# prompts, on its GGUF file (specdec/study/head_agreement.py). No timing: it may share the cores.
+# prompts, on its GGUF file (specdec/study/training/head_agreement.py). No timing: it may share the cores.
 HEAD_AGREEMENT = config.get("head_agreement") or None
 
 if HEAD_AGREEMENT:

@@ -12,7 +12,7 @@ import pandas as pd
 
 from specdec.study.io import write_csv
 from specdec.study.logs import log_to
-from specdec.study.machines import MachineFit, best_drafts_by_machine, predicted_cells
+from specdec.study.cost.verdict import MachineFit, best_drafts_by_machine, predicted_cells
 
 log = logging.getLogger("best_drafts_by_machine")
 

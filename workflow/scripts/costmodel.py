@@ -19,8 +19,8 @@ import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 
 from specdec.drafts import load_plugins  # noqa: E402
-from specdec.study.analysis import to_markdown  # noqa: E402
-from specdec.study.costmodel import (  # noqa: E402
+from specdec.study.report.analysis import to_markdown  # noqa: E402
+from specdec.study.cost.model import (  # noqa: E402
     ModelShape,
     audited_step_timings,
     depth_vs_parameters_verdict,
@@ -30,7 +30,7 @@ from specdec.study.costmodel import (  # noqa: E402
 )
 from specdec.study.io import read_parquets, write_csv, write_figure, write_text  # noqa: E402
 from specdec.study.logs import log_to  # noqa: E402
-from specdec.study.prediction import (  # noqa: E402
+from specdec.study.cost.prediction import (  # noqa: E402
     draft_shapes,
     drafts_table,
     per_draft_costs,

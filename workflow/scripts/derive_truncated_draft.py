@@ -7,7 +7,7 @@ from specdec.study.interrupt import stops_politely  # first: Ctrl-C during the i
 import logging
 
 from specdec.study.logs import log_to
-from specdec.study.models import derive_truncated
+from specdec.study.prepare.models import derive_truncated
 
 log = logging.getLogger("derive_truncated_draft")
 

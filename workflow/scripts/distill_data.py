@@ -9,8 +9,8 @@ import logging
 import pandas as pd
 
 from specdec.fp32.loading import Runtime, load_for_decoding
-from specdec.study.jobs import read_backend_tables
-from specdec.study.distill import save_teacher_data, teacher_data
+from specdec.study.decoding.jobs import read_backend_tables
+from specdec.study.training.distill import save_teacher_data, teacher_data
 from specdec.study.logs import log_to
 
 log = logging.getLogger("distill_data")

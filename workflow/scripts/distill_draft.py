@@ -16,10 +16,10 @@ import matplotlib.pyplot as plt  # noqa: E402
 import torch  # noqa: E402
 
 from specdec.fp32.loading import load_model, read_manifest  # noqa: E402
-from specdec.study.distill import DistillSettings, distill, load_teacher_data  # noqa: E402
+from specdec.study.training.distill import DistillSettings, distill, load_teacher_data  # noqa: E402
 from specdec.study.io import write_csv, write_figure  # noqa: E402
 from specdec.study.logs import log_to  # noqa: E402
-from specdec.study.models import save_prepared  # noqa: E402
+from specdec.study.prepare.models import save_prepared  # noqa: E402
 
 log = logging.getLogger("distill_draft")
 

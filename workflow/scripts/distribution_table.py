@@ -8,8 +8,8 @@ from specdec.study.interrupt import stops_politely  # first: Ctrl-C during the i
 
 import logging
 
-from specdec.study.analysis import judge_distribution_checks
-from specdec.study.distribution_verdict import DistributionSettings, failure_messages
+from specdec.study.report.analysis import judge_distribution_checks
+from specdec.study.verify.distribution_verdict import DistributionSettings, failure_messages
 from specdec.study.io import read_parquets, write_csv
 from specdec.study.logs import log_to
 

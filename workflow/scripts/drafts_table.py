@@ -17,14 +17,14 @@ import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 
 from specdec.drafts import load_plugins  # noqa: E402
-from specdec.study.costmodel import (  # noqa: E402
+from specdec.study.cost.model import (  # noqa: E402
     fit_cost_model,
     predict_draft_cost_ratio,
     profiled_shapes,
 )
 from specdec.study.io import read_parquets, write_csv, write_figure  # noqa: E402
 from specdec.study.logs import log_to  # noqa: E402
-from specdec.study.prediction import (  # noqa: E402
+from specdec.study.cost.prediction import (  # noqa: E402
     best_per_domain,
     draft_shapes,
     drafts_table,

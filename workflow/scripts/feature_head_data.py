@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from specdec.study.feature_head import SEQUENCES_FILE, head_data
+from specdec.study.training.feature_head import SEQUENCES_FILE, head_data
 from specdec.study.logs import log_to
 
 log = logging.getLogger("feature_head_data")
@@ -30,7 +30,7 @@ def target_session(target: str, engine: str, runtime, kernels):
     else:
         from specdec.lm import CachedLM
         from specdec.fp32.loading import load_for_decoding
-        from specdec.study.jobs import read_backend_tables
+        from specdec.study.decoding.jobs import read_backend_tables
 
         model, _ = load_for_decoding(target, runtime, read_backend_tables(kernels))
         session = CachedLM(model)

@@ -13,7 +13,7 @@ import logging
 
 from specdec.study.io import write_text
 from specdec.study.logs import log_to
-from specdec.study.prompts import fetch_prompt_source, prompt_source_manifest
+from specdec.study.prepare.prompts import fetch_prompt_source, prompt_source_manifest
 
 log = logging.getLogger("fetch_prompt_source")
 

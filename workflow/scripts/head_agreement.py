@@ -1,5 +1,5 @@
 """Snakemake script: feature heads' greedy drafts checked offline, by draft position, on the target's greedy answers
-to the first prompts of each domain -> tables/head_agreement.csv and .md (specdec/study/head_agreement.py). The
+to the first prompts of each domain -> tables/head_agreement.csv and .md (specdec/study/training/head_agreement.py). The
 target runs from its GGUF file on the lean engine (as the heads' training data were made): its greedy text, and its
 features at every position, kept while generating."""
 
@@ -14,8 +14,8 @@ import pandas as pd
 from specdec.drafts.feature_head import FeatureHead, target_parts
 from specdec.gguf.loading import load_gguf_for_decoding
 from specdec.runtime import Runtime
-from specdec.study.analysis import to_markdown
-from specdec.study.head_agreement import agreement_table, greedy_answers
+from specdec.study.report.analysis import to_markdown
+from specdec.study.training.head_agreement import agreement_table, greedy_answers
 from specdec.study.io import write_csv, write_text
 from specdec.study.logs import log_to
 

@@ -9,7 +9,7 @@ import logging
 from pathlib import Path
 
 from specdec.study.io import write_parquet
-from specdec.study.llamacpp import bench_job
+from specdec.study.peers.llamacpp import bench_job
 from specdec.study.logs import log_to
 
 log = logging.getLogger("llamacpp_bench")

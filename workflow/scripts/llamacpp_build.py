@@ -9,7 +9,7 @@ from specdec.study.interrupt import stops_politely  # first: Ctrl-C during the i
 import logging
 import sys
 
-from specdec.study.llamacpp import LlamaCppBuildError, build_llamacpp
+from specdec.study.peers.llamacpp import LlamaCppBuildError, build_llamacpp
 from specdec.study.logs import log_to
 
 log = logging.getLogger("llamacpp_build")

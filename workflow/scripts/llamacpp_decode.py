@@ -12,7 +12,7 @@ from pathlib import Path
 import pandas as pd
 
 from specdec.study.io import write_parquet
-from specdec.study.llamacpp import RunSettings, decode_job
+from specdec.study.peers.llamacpp import RunSettings, decode_job
 from specdec.study.logs import log_to
 
 log = logging.getLogger("llamacpp_decode")

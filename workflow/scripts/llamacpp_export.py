@@ -8,7 +8,7 @@ from specdec.study.interrupt import stops_politely  # first: Ctrl-C during the i
 import json
 import logging
 
-from specdec.study.llamacpp import export_gguf
+from specdec.study.peers.llamacpp import export_gguf
 from specdec.study.logs import log_to
 
 log = logging.getLogger("llamacpp_export")

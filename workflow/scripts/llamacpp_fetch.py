@@ -7,7 +7,7 @@ from specdec.study.interrupt import stops_politely  # first: Ctrl-C during the i
 
 import logging
 
-from specdec.study.llamacpp import fetch_source
+from specdec.study.peers.llamacpp import fetch_source
 from specdec.study.logs import log_to
 
 log = logging.getLogger("llamacpp_fetch")

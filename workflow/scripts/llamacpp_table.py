@@ -17,7 +17,7 @@ import pandas as pd
 import yaml
 
 from specdec.study.io import read_parquets, write_csv, write_figure, write_text
-from specdec.study.llamacpp import engine_speeds, gguf_facts, read_build_manifest, step_costs, summarize
+from specdec.study.peers.llamacpp import engine_speeds, gguf_facts, read_build_manifest, step_costs, summarize
 from specdec.study.logs import log_to
 from specdec.study.machine import machine_record, package_versions
 

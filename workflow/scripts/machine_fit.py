@@ -14,10 +14,10 @@ from dataclasses import asdict
 import pandas as pd
 
 from specdec.drafts import load_plugins
-from specdec.study.costmodel import fit_cost_model, predict_draft_cost_ratio, profiled_shapes
+from specdec.study.cost.model import fit_cost_model, predict_draft_cost_ratio, profiled_shapes
 from specdec.study.io import read_parquets, write_csv
 from specdec.study.logs import log_to
-from specdec.study.prediction import fitted_draft_costs
+from specdec.study.cost.prediction import fitted_draft_costs
 
 log = logging.getLogger("machine_fit")
 

@@ -19,7 +19,7 @@ import seaborn as sns  # noqa: E402
 
 from specdec.study.io import write_csv, write_figure, write_text  # noqa: E402
 from specdec.study.logs import log_to  # noqa: E402
-from specdec.study.machines import MachineFit, machines_tables, verdict_text  # noqa: E402
+from specdec.study.cost.verdict import MachineFit, machines_tables, verdict_text  # noqa: E402
 
 log = logging.getLogger("machines")
 

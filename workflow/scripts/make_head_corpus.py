@@ -1,6 +1,6 @@
 """Snakemake script: the feature heads' corpus — chunks of the files of pinned prompt-source archives, each after a
 request in the chat template, none sharing a line with an evaluation source's prompts -> one parquet
-(specdec/study/head_corpus.py).
+(specdec/study/training/head_corpus.py).
 
 input:  archives (the parts' prompt-source files: fetched and checked), evaluation (the evaluation's prompt-source
         files, in the order of params.evaluation_sources), tokenizer
@@ -13,10 +13,10 @@ from specdec.study.interrupt import stops_politely  # first: Ctrl-C during the i
 
 import logging
 
-from specdec.study.head_corpus import CorpusPart, corpus_table, shared_lines
+from specdec.study.training.head_corpus import CorpusPart, corpus_table, shared_lines
 from specdec.study.io import write_parquet
 from specdec.study.logs import log_to
-from specdec.study.prompts import pinned_archive, read_prompt_source
+from specdec.study.prepare.prompts import pinned_archive, read_prompt_source
 
 log = logging.getLogger("make_head_corpus")
 

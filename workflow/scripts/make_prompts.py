@@ -13,7 +13,7 @@ from specdec.study.interrupt import stops_politely  # first: Ctrl-C during the i
 
 from specdec.study.io import write_parquet
 from specdec.study.logs import log_to
-from specdec.study.prompts import domain_source_sets, prompt_table
+from specdec.study.prepare.prompts import domain_source_sets, prompt_table
 
 
 def main(snakemake):

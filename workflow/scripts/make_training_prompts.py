@@ -13,7 +13,7 @@ from specdec.study.interrupt import stops_politely  # first: Ctrl-C during the i
 
 from specdec.study.io import write_parquet
 from specdec.study.logs import log_to
-from specdec.study.prompts import evaluation_prompt_ids, prompt_table, read_domain_frames
+from specdec.study.prepare.prompts import evaluation_prompt_ids, prompt_table, read_domain_frames
 
 
 def main(snakemake):

@@ -11,7 +11,7 @@ import torch
 
 from specdec.study.io import write_text
 from specdec.study.logs import log_to
-from specdec.study.profiling import memory_bandwidth
+from specdec.study.cost.profiling import memory_bandwidth
 
 log = logging.getLogger("measure_bandwidth")
 BUFFER_BYTES = 1024 * 2**20  # far larger than any last-level cache

@@ -10,11 +10,11 @@ import pandas as pd
 
 from specdec.lm import eos_ids_of
 from specdec.fp32.loading import Runtime, load_for_decoding
-from specdec.study.jobs import read_backend_tables
+from specdec.study.decoding.jobs import read_backend_tables
 from specdec.study.io import write_parquet
-from specdec.study.jobs import load_draft_model
+from specdec.study.decoding.jobs import load_draft_model
 from specdec.study.logs import log_to
-from specdec.study.peers import run_peers_job
+from specdec.study.peers.hf import run_peers_job
 
 log = logging.getLogger("peers")
 

@@ -8,7 +8,7 @@ import logging
 
 from specdec.study.io import read_parquets, write_csv
 from specdec.study.logs import log_to
-from specdec.study.peers import peers_table
+from specdec.study.peers.hf import peers_table
 
 log = logging.getLogger("peers_table")
 

@@ -8,7 +8,7 @@ import logging
 from pathlib import Path
 
 from specdec.study.logs import log_to
-from specdec.study.models import prepare_model
+from specdec.study.prepare.models import prepare_model
 
 log = logging.getLogger("prepare_model")
 

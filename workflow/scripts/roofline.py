@@ -12,9 +12,9 @@ import sys
 from specdec.fp32.kernels import available_backends
 from specdec.fp32.loading import Runtime, load_for_decoding
 from specdec.study.io import write_csv
-from specdec.study.jobs import read_backend_tables
+from specdec.study.decoding.jobs import read_backend_tables
 from specdec.study.logs import log_to
-from specdec.study.roofline import kernel_roofline
+from specdec.study.cost.roofline import kernel_roofline
 
 log = logging.getLogger("roofline")
 

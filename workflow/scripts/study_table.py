@@ -6,7 +6,7 @@ from specdec.study.interrupt import stops_politely  # first: Ctrl-C during the i
 
 import logging
 
-from specdec.study.analysis import study_table, to_markdown
+from specdec.study.report.analysis import study_table, to_markdown
 from specdec.study.io import read_parquets, write_csv, write_text
 from specdec.study.logs import log_to
 

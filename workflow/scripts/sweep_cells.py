@@ -14,8 +14,8 @@ import logging
 
 import yaml
 
-from specdec.study.analysis import classify_greedy, greedy_identity_table, study_table, to_markdown
-from specdec.study.costmodel import audited_step_timings
+from specdec.study.report.analysis import classify_greedy, greedy_identity_table, study_table, to_markdown
+from specdec.study.cost.model import audited_step_timings
 from specdec.study.io import read_parquets, write_csv, write_text
 from specdec.study.logs import log_to
 from specdec.study.provenance import provenance

@@ -17,14 +17,14 @@ import torch  # noqa: E402
 
 from specdec.drafts.feature_head import WEIGHTS_FILE, FeatureHead  # noqa: E402
 from specdec.fp32.loading import load_model  # noqa: E402
-from specdec.study.feature_head import (  # noqa: E402
+from specdec.study.training.feature_head import (  # noqa: E402
     load_head_data,
     save_trained_head,
     settings_from_config,
     train_head_for,
 )
 from specdec.study.io import atomic_directory, write_csv, write_figure  # noqa: E402
-from specdec.study.wheels import sha256_file  # noqa: E402
+from specdec.study.prepare.wheels import sha256_file  # noqa: E402
 from specdec.study.logs import log_to  # noqa: E402
 
 log = logging.getLogger("train_feature_head")

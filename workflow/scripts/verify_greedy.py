@@ -7,7 +7,7 @@ from specdec.study.interrupt import stops_politely  # first: Ctrl-C during the i
 
 import logging
 
-from specdec.study.analysis import classify_greedy, greedy_identity_table
+from specdec.study.report.analysis import classify_greedy, greedy_identity_table
 from specdec.study.io import read_parquets, write_csv, write_parquet
 from specdec.study.logs import log_to
 

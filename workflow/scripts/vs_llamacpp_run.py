@@ -1,4 +1,4 @@
-"""Snakemake script: our engine and llama.cpp side by side on one domain's prompts (specdec/study/vs_llamacpp.py):
+"""Snakemake script: our engine and llama.cpp side by side on one domain's prompts (specdec/study/peers/vs_llamacpp.py):
 our plain and speculative decoding (each vs_llamacpp draft at its k) in this process, llama.cpp's plain and
 speculative runs as fresh processes, per prompt in rotating order, on runtime.threads threads; one row per run."""
 
@@ -18,10 +18,10 @@ from specdec.drafts.registry import gguf_draft_source
 from specdec.fp32.kernels import kernel_build
 from specdec.fp32.loading import Runtime
 from specdec.study.io import write_parquet
-from specdec.study.jobs import load_target, make_draft
-from specdec.study.llamacpp import RunSettings
+from specdec.study.decoding.jobs import load_target, make_draft
+from specdec.study.peers.llamacpp import RunSettings
 from specdec.study.logs import log_to
-from specdec.study.vs_llamacpp import llamacpp_runner, methods_for, ours_runner, side_by_side_job
+from specdec.study.peers.vs_llamacpp import llamacpp_runner, methods_for, ours_runner, side_by_side_job
 
 log = logging.getLogger("vs_llamacpp")
 

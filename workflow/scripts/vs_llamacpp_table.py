@@ -1,6 +1,6 @@
 """Snakemake script: the side-by-side runs of every domain -> results/gguf/tables/vs_llamacpp.csv (ratios to
 llama.cpp plain with bootstrap intervals, per engine, draft, domain and k; printed to the log as the benchmark
-command `python -m specdec.study.vs_llamacpp` prints them) and its provenance (machine, our kernel and build,
+command `python -m specdec.study.peers.vs_llamacpp` prints them) and its provenance (machine, our kernel and build,
 llama.cpp's build manifest, the GGUF files' checksums, the settings)."""
 
 from specdec.study.interrupt import stops_politely  # first: Ctrl-C during the imports below is polite too
@@ -15,11 +15,11 @@ import yaml
 from specdec.gguf import quant
 from specdec.fp32.kernels import kernel_build
 from specdec.study.io import read_parquets, write_csv, write_text
-from specdec.study.llamacpp import read_build_manifest
+from specdec.study.peers.llamacpp import read_build_manifest
 from specdec.study.logs import log_to
 from specdec.study.machine import machine_record, package_versions
-from specdec.study.vs_llamacpp import format_ratios, summarize
-from specdec.study.wheels import sha256_file
+from specdec.study.peers.vs_llamacpp import format_ratios, summarize
+from specdec.study.prepare.wheels import sha256_file
 
 log = logging.getLogger("vs_llamacpp_table")
 

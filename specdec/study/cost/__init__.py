@@ -1,0 +1,1 @@
+"""The cost model: profiles, fits, predictions, rooflines and the verdict across machines."""

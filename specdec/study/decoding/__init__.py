@@ -1,0 +1,1 @@
+"""Decoding jobs: baseline and speculative, interleaved in one process."""

@@ -1,0 +1,178 @@
+"""One decoding job of the study: baseline and speculative decoding over a prompt set, interleaved in one process.
+
+Per prompt and repeat the baseline and the speculative loop (at one k, or at several: the draft sweep) run back to
+back in rotating order (interleave.py), so that slow drifts of a shared machine hit all of them alike; speedups are
+then ratios of timings taken seconds apart. Greedy runs are compared token for token on the spot and any divergence
+is diagnosed while the models are loaded (diagnose.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, replace
+from typing import Callable, Mapping
+
+import pandas as pd
+from transformers import PreTrainedModel
+
+from specdec.decode import DecodeResult, generate_baseline, generate_speculative
+from specdec.drafts import DraftResources, get_kind
+from specdec.lm import eos_ids_of, vocab_size_of
+from specdec.fp32.loading import Runtime, check_same_vocabulary, load_for_decoding
+from specdec.study.verify.diagnose import diagnose_divergence
+from specdec.study.verify.divergence import first_difference
+from specdec.study.decoding.interleave import Turn, batch_of_one, run_interleaved
+from specdec.study.io import read_backend_tables  # noqa: F401  (re-exported: the decode scripts read tables through jobs)
+
+
+@dataclass(frozen=True)
+class DecodeJob:
+    setting: str  # 'greedy' or 'sampled'
+    draft: str
+    domain: str
+    k: int
+    seed: int
+    max_new_tokens: int
+    repeats: int = 1
+    temperature: float = 0.0
+    top_k: int | None = None
+    top_p: float | None = None
+
+
+def draft_runtime(spec: Mapping, runtime: Runtime) -> Runtime:
+    """The runtime a draft model loads with: the study's, in the draft's own dtype where its spec names one. The
+    draft's precision never touches exactness (the rule uses the q the draft actually computed), only its speed
+    and acceptance."""
+    return replace(runtime, dtype=spec.get("dtype") or runtime.dtype)
+
+
+def load_target(path, runtime: Runtime, backend_tables: dict | None = None, max_length: int | None = None):
+    """The target as a decoding job runs it, per runtime.weights: (a prepared model, its tokenizer) from a model
+    directory, or (a LeanLM session, the file's vocabulary) from a GGUF file (max_length: its KV cache's positions;
+    backend tables do not apply there)."""
+    if runtime.weights == "gguf":
+        from specdec.gguf.loading import load_gguf_for_decoding
+
+        return load_gguf_for_decoding(path, runtime, max_length=max_length)
+    return load_for_decoding(path, runtime, backend_tables)
+
+
+def load_draft_model(name: str, spec: Mapping, draft_dir, target_tokenizer, runtime: Runtime,
+                     backend_tables: dict | None = None, target=None):
+    """A draft's model, loaded in its runtime; its vocabulary must equal the target's. runtime.weights
+    'safetensors': the prepared model directory `draft_dir`; 'gguf': a session over the GGUF file `draft_dir` (its
+    first layers for a truncated cut), sharing the target's weights where it is the target's file (target: the
+    target's session; target_tokenizer: its vocabulary)."""
+    kind = get_kind(spec["kind"], f"draft {name!r}: kind")
+    if kind.load is not None:  # a model of its own kind (a feature head), made for this target, in either regime
+        if not draft_dir:
+            raise ValueError(f"draft {name!r} of kind {spec['kind']!r} needs its model directory")
+        return kind.load(draft_dir, target)
+    if runtime.weights == "gguf":
+        from specdec.gguf.loading import load_gguf_draft
+
+        return load_gguf_draft(name, spec, draft_dir, target, target_tokenizer, runtime)
+    if not draft_dir:
+        raise ValueError(f"draft {name!r} of kind {spec['kind']!r} needs a prepared model directory")
+    model, tokenizer = load_for_decoding(draft_dir, draft_runtime(spec, runtime), backend_tables)
+    check_same_vocabulary(target_tokenizer, tokenizer, "target", name)
+    return model
+
+
+def make_draft(name: str, spec: Mapping, target, target_tokenizer, draft_dir, runtime: Runtime,
+               backend_tables: dict | None = None):
+    """The proposer a draft spec ({kind, ...fields}) asks for, built by its kind (specdec.drafts.registry). In the
+    gguf regime `target` is a LeanLM session and `target_tokenizer` its file's vocabulary; a kind that cannot run
+    there, or a draft dtype, is refused by name before any model loads."""
+    kind = get_kind(spec["kind"], f"draft {name!r}: kind")
+    target_layers = None
+    if runtime.weights == "gguf":
+        from specdec.gguf.loading import first_layers, gguf_draft_source
+
+        gguf_draft_source(name, spec)
+        target_layers = lambda layers: first_layers(target, layers)  # noqa: E731
+    resources = DraftResources(
+        target=target, vocab_size=_vocab_size(target), eos_token_ids=_eos_ids(target),
+        draft_model=(lambda: load_draft_model(name, spec, draft_dir, target_tokenizer, runtime, backend_tables,
+                                              target)) if kind.model else None,
+        target_layers=target_layers)
+    return kind.build(spec, resources)
+
+
+def _vocab_size(target) -> int:
+    return vocab_size_of(target) if isinstance(target, PreTrainedModel) else target.vocab_size  # a session's own
+
+
+def _eos_ids(target) -> frozenset[int]:
+    return eos_ids_of(target) if isinstance(target, PreTrainedModel) else frozenset(target.eos_token_ids)
+
+
+def _batch_invariant(target) -> bool:
+    """A target whose logits are the same bits in a one-token step and in any verify pass by construction (the
+    lean engine: order-fixed quantized products, native attention): a greedy divergence cannot be a near-tie."""
+    from specdec.gguf.lean import LeanLM
+
+    return isinstance(target, LeanLM)
+
+
+def baseline_or_speculative(k: int | None, target, draft, input_ids, max_new_tokens: int, **sampling) -> DecodeResult:
+    """Our baseline (k None), or our speculative loop at k: one method of an interleaved turn (here and in peers.py).
+    `sampling`: temperature, top_k, top_p, seed (none: greedy)."""
+    if k is None:
+        return generate_baseline(target, input_ids, max_new_tokens, **sampling)
+    return generate_speculative(target, draft, input_ids, k, max_new_tokens, **sampling)
+
+
+def run_decode_job(target, draft, prompts: pd.DataFrame, job: DecodeJob,
+                   log: Callable[[str], None] = print) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Run the job over every prompt; returns (steps, sequences): one row per target pass, one per sequence."""
+    return run_decode_jobs(target, draft, prompts, job, [job.k], log)[job.k]
+
+
+def _summary(turn: Turn, ks: list[int], greedy: bool) -> str:
+    base = turn.results[None]
+    parts = [f"baseline {base.total_seconds:.2f}s"]
+    for k in ks:
+        spec = turn.results[k]
+        identical = f", {'identical' if base.tokens == spec.tokens else 'DIFFERENT'} tokens" if greedy else ""
+        parts.append(f"k{k} {spec.total_seconds:.2f}s ({base.total_seconds / spec.total_seconds:.2f}x, acceptance "
+                     f"{spec.acceptance:.2f}, tokens/pass {spec.tokens_per_pass:.2f}{identical})")
+    return ", ".join(parts)
+
+
+def run_decode_jobs(target, draft, prompts: pd.DataFrame, job: DecodeJob, ks: list[int],
+                    log: Callable[[str], None] = print) -> dict[int, tuple[pd.DataFrame, pd.DataFrame]]:
+    """The job at several k in one process: per prompt and repeat the baseline and the speculative loop at each k
+    run back to back in rotating order, so the baseline is timed once and each k's speedup is a ratio of timings
+    taken within a minute. Returns, per k, (steps, sequences) as run_decode_job does for that k alone; the
+    baseline's rows appear under every k."""
+    step_rows = {k: [] for k in ks}
+    sequence_rows = {k: [] for k in ks}
+    job_keys = {k: {key: v for key, v in asdict(replace(job, k=k)).items() if key != "repeats"} for k in ks}
+    greedy = job.setting == "greedy"
+    sampling = dict(temperature=job.temperature, top_k=job.top_k, top_p=job.top_p, seed=job.seed)
+    turns = run_interleaved(prompts, [None, *ks],  # None: the baseline
+                            lambda k, input_ids, n: baseline_or_speculative(k, target, draft, input_ids, n, **sampling),
+                            job.max_new_tokens, job.repeats, log, describe=lambda t: _summary(t, ks, greedy))
+    for turn in turns:
+        prompt, base = turn.prompt, turn.results[None]
+        input_ids = prompt.input_ids
+        for k in ks:
+            spec = turn.results[k]
+            identical = base.tokens == spec.tokens
+            diagnosis = {}
+            if greedy and not identical and _batch_invariant(target):
+                # no rounding difference between the paths to explain it: any divergence is a bug, reported as one
+                diagnosis = {"first_diff": first_difference(base.tokens, spec.tokens), "margin": float("nan"),
+                             "path_diff": 0.0, "near_tie": False, "reproducible": None}
+            elif greedy and not identical:
+                diagnosis = diagnose_divergence(target, draft, batch_of_one(input_ids), k, job.max_new_tokens,
+                                                base.tokens, spec.tokens)
+                log(f"  divergence on {prompt.prompt_id} at k={k}: {diagnosis}")
+            keys = dict(job_keys[k], prompt_id=prompt.prompt_id, repeat=turn.repeat)
+            for method, result in (("baseline", base), ("speculative", spec)):
+                step_rows[k] += [dict(keys, method=method, **step) for step in result.step_rows()]
+                sequence_rows[k].append(dict(keys, method=method, n_prompt_tokens=len(input_ids),
+                                             tokens=result.tokens, **result.summary(),
+                                             identical=identical if method == "speculative" else None,
+                                             **(diagnosis if method == "speculative" else {})))
+    return {k: (pd.DataFrame(step_rows[k]), pd.DataFrame(sequence_rows[k])) for k in ks}

@@ -1,0 +1,1 @@
+"""Preparing what the study reads: model weights, pinned wheels, prompt sets."""

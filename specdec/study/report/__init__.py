@@ -1,0 +1,1 @@
+"""From per-sequence rows to the study's tables."""

@@ -1,0 +1,1 @@
+"""Training drafts: distilled drafts and feature heads, their data and offline checks."""

@@ -1,0 +1,1 @@
+"""Exactness checks: greedy identity with near-tie diagnosis, and the distribution check."""
