@@ -3,9 +3,11 @@ refused with the offending key named."""
 
 import copy
 import hashlib
+import itertools
 import json
 import os
 import re
+import shlex
 import signal
 import subprocess
 import sys
@@ -143,8 +145,8 @@ def test_whole_dag_produces_the_tables_plots_and_provenance(tiny_study):
     assert set(provenance["linear_backends"]) == set(provenance["models"]) - {"head1"}
     assert all(set(spans.values()) <= {"linear", "weight_major", "avx2"}
                for shapes in provenance["linear_backends"].values() for spans in shapes.values())
-    assert len(pd.read_csv(root / "results/distill/dist1/loss.csv")) == 3
-    head_curve = pd.read_csv(root / "results/feature_head/head1/loss.csv")
+    assert len(pd.read_csv(root / "results/study/distill/dist1/loss.csv")) == 3  # the curves' fixed homes
+    head_curve = pd.read_csv(root / "results/experiments/feature-head/training/head1/loss.csv")
     assert list(head_curve["step"]) == [1, 2, 3] and head_curve["feature_loss"].gt(0).all()
     assert json.loads((root / "resources/models/head1/feature_head.json").read_text())["training_sequences"] == 1
     training = pd.read_parquet(root / "results/prompts/train.parquet")
@@ -733,25 +735,64 @@ def test_interrupted_runs_resume_without_loss(tmp_path):
         pd.testing.assert_frame_equal(rows, reference)
 
 
-def documented_layers() -> list[tuple[str, list[str]]]:
-    """(layer, the config files its comments' first `snakemake ... --configfile A B ...` stacks over config.yaml)."""
-    out = []
-    for layer in sorted((REPO / "config").glob("*.yaml")):
-        text = " ".join(line.lstrip("#").strip().rstrip("\\") for line in layer.read_text().splitlines()
-                        if line.startswith("#"))
-        command = re.search(r"--configfile((?: config/[\w.-]+\.yaml)+)", text)
-        out.append((layer.name, command.group(1).split() if command else [f"config/{layer.name}"]))
-    return out
+# The study's layers (config/*.yaml) and every experiment's (experiments/<name>/config.yaml): each header gives the
+# commands that run it.
+LAYERS = sorted([*(REPO / "config").glob("*.yaml"), *(REPO / "experiments").glob("*/config.yaml")])
 
 
-@pytest.mark.parametrize("layer, files", documented_layers(), ids=[name for name, _ in documented_layers()])
-def test_every_config_layer_is_valid_as_its_own_command_stacks_it(layer, files):
-    """A layer's command, as its header gives it, makes a valid config (a layer that sweeps other drafts must also
-    say which the reproduce check and the others read): what Snakemake's start-up checks before any job."""
+def layer_commands(layer: Path) -> list[list[str]]:
+    """The `snakemake ...` commands of a layer's header comments (its first comment lines; a line ending in a
+    backslash goes on in the next), as argument lists without `snakemake`; an aside after two spaces and "(" is not
+    part of the command."""
+    lines = []
+    for line in layer.read_text().splitlines():
+        if not line.startswith("#"):
+            break
+        lines.append(line[1:].strip())
+    commands, current = [], None
+    for line in lines:
+        if current is None and not line.startswith("snakemake "):
+            continue
+        part = re.split(r"\s{2,}\(", line.removesuffix("\\"))[0].strip()
+        current = part if current is None else f"{current} {part}"
+        if not line.endswith("\\"):
+            commands.append(shlex.split(current)[1:])
+            current = None
+    return commands
+
+
+def stacked_files(args: list[str]) -> list[str]:
+    """The files a command's --configfile stacks, in order."""
+    start = args.index("--configfile") + 1 if "--configfile" in args else len(args)
+    return list(itertools.takewhile(lambda a: not a.startswith("-"), args[start:]))
+
+
+def documented_commands() -> list[tuple[str, list[str]]]:
+    return [(str(layer.relative_to(REPO)), args) for layer in LAYERS for args in layer_commands(layer)]
+
+
+def test_every_layer_gives_a_command_that_stacks_it():
+    assert len(LAYERS) >= 20 and (REPO / "config/quick.yaml") in LAYERS
+    for layer in LAYERS:
+        name = str(layer.relative_to(REPO))
+        assert any(name in stacked_files(args) for args in layer_commands(layer)), f"{name} gives no command stacking it"
+
+
+@pytest.mark.parametrize("layer, args", documented_commands(),
+                         ids=[f"{layer}:{i}" for i, (layer, _) in enumerate(documented_commands())])
+def test_every_layers_commands_make_a_valid_config_and_plan(layer, args):
+    """Each command a layer's header gives makes a valid config (a layer that sweeps other drafts must also say which
+    the reproduce check and the others read: what Snakemake's start-up checks before any job), and Snakemake plans
+    it: a dry run of the command as typed, every job listed."""
     from snakemake.utils import update_config
 
-    assert f"config/{layer}" in files, f"config/{layer}'s command does not stack config/{layer}"
     config = yaml.safe_load((REPO / "config.yaml").read_text())
-    for name in files:
+    for name in stacked_files(args):
         update_config(config, yaml.safe_load((REPO / name).read_text()) or {})
+    if "--config" in args:
+        overrides = itertools.takewhile(lambda a: not a.startswith("-"), args[args.index("--config") + 1:])
+        update_config(config, dict(item.split("=", 1) for item in overrides))
     validate_config(config, SCHEMA)
+    result = subprocess.run([sys.executable, "-m", "snakemake", "--dry-run", "--forceall", "--nolock", *args],
+                            cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]

@@ -148,8 +148,8 @@ def test_config_gguf_plans_the_study_from_the_gguf_files():
     """config/gguf.yaml over the real config, as README says to run it: every decode job reads the target's GGUF
     file (a model draft's and a cut's too), the prompts the target file's tokenizer; nothing loads or times fp32
     weights (the distribution check runs the GGUF sessions, the machine's profiles the GGUF files); the default
-    target audits the cost model against the decode runs; nothing is written outside results/gguf/, resources/ and
-    this machine's gguf fit."""
+    target audits the cost model against the decode runs; nothing is written outside results/study-gguf/,
+    resources/ and this machine's gguf fit."""
     result = subprocess.run([sys.executable, "-m", "snakemake", "--dry-run", "--forceall", "--nolock", "--cores", "2",
                              "--configfile", "config/gguf.yaml"], cwd=REPO, capture_output=True, text=True,
                             timeout=600)
@@ -170,8 +170,8 @@ def test_config_gguf_plans_the_study_from_the_gguf_files():
     assert decode_inputs and all("resources/gguf/qwen2.5-coder-1.5b-instruct.gguf" in line for line in decode_inputs)
     assert any("resources/gguf/qwen2.5-coder-0.5b-instruct.gguf" in line for line in decode_inputs)
     outputs = {p.strip() for line in lines if line.strip().startswith("output:") for p in line.split(":", 1)[1].split(",")}
-    assert "results/gguf/tables/greedy_identity.csv" in outputs
-    machine_dir = "results/machines/"  # config/gguf.yaml's machines_dir: the fit beside the fp32 ones, kernel gguf
-    assert all(p.startswith(("results/gguf/", "resources/")) or (p.startswith(machine_dir) and "/gguf/" in p)
+    assert "results/study-gguf/tables/greedy_identity.csv" in outputs
+    machine_dir = "results/machines/"  # the default machines_dir: the fit beside the fp32 ones, kernel gguf
+    assert all(p.startswith(("results/study-gguf/", "resources/")) or (p.startswith(machine_dir) and "/gguf/" in p)
                for p in outputs), sorted(outputs)[:10]
-    assert "results/gguf/tables/costmodel.csv" in outputs
+    assert "results/study-gguf/tables/costmodel.csv" in outputs

@@ -82,10 +82,10 @@ def test_timed_jobs_take_their_torch_threads_from_runtime_threads():
 
 @pytest.mark.slow
 def test_the_distribution_check_of_a_feature_head_reads_its_trained_head(tmp_path):
-    """config/feature-head.yaml's distribution layer: every (draft, domain) job of the heads loads the trained head
+    """experiments/feature-head's distribution check: every (draft, domain) job of the heads loads the trained head
     directory and the target (the check memoises a head by block state: MemoisedHeadDraft)."""
-    result = dry_run("--cores", "2", "--configfile", "config/feature-head.yaml", "--config",
-                     "results_dir=results/feature-head", "--", "results/feature-head/tables/distribution.csv")
+    result = dry_run("--cores", "2", "--configfile", "config/heads.yaml", "experiments/feature-head/config.yaml",
+                     "--", "distribution_table")
     lines = result.stdout.splitlines()
     inputs = [next(line for line in lines[i:] if line.strip().startswith("input:"))
               for i, line in enumerate(lines) if line.startswith("rule verify_distribution:")]
@@ -96,10 +96,10 @@ def test_the_distribution_check_of_a_feature_head_reads_its_trained_head(tmp_pat
 
 @pytest.mark.slow
 def test_the_head_trained_on_the_corpus_reads_both_data_sets_and_starts_from_coder_head():
-    """config/feature-head-corpus.yaml: coder-head-corpus's training job reads the answers and the corpus's features
+    """experiments/feature-head-corpus: coder-head-corpus's training job reads the answers and the corpus's features
     and coder-head's directory; the corpus's features are read by the target's GGUF file from the corpus table."""
-    result = dry_run("--cores", "2", "--configfile", "config/feature-head-corpus.yaml", "--",
-                     "results/feature-head-corpus/tables/sweep_cells.csv")
+    result = dry_run("--cores", "2", "--configfile", "config/heads.yaml", "experiments/feature-head-corpus/config.yaml",
+                     "--", "sweep_cells")
     jobs = re.split(r"\n(?=(?:local)?rule )", result.stdout)
 
     def job(rule, output):
