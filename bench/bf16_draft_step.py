@@ -17,10 +17,10 @@ import torch
 from specdec.fp32.kernels import (
     RowAdaptiveBf16Linear,
     available_bf16_backends,
-    backend_spans,
     tune_row_adaptive_bf16,
     use_row_adaptive_bf16_linear,
 )
+from specdec.fp32.kernel_tables import backend_spans
 from specdec.fp32.loading import load_model
 from specdec.study.cost.profiling import memory_bandwidth
 from specdec.study.cost.roofline import kernel_roofline

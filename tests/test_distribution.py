@@ -31,14 +31,13 @@ from specdec.study.verify.distribution import (
     MemoisedHeadDraft,
     EXACT,
     SAMPLERS,
-    DistributionSettings,
     MemoisedPair,
     check_exact_law,
-    failure_messages,
     plan_test,
     residual_drawn_from_p,
     run_distribution_checks,
 )
+from specdec.study.verify.distribution_verdict import DistributionSettings, failure_messages
 from specdec.study.verify.distribution import (
     WRONG_SAMPLERS as STUDY_WRONG_SAMPLERS,
 )

@@ -6,12 +6,8 @@ import pytest
 import torch
 from torch import nn
 
-from specdec.fp32.kernels import (
-    RowAdaptiveBf16Linear,
-    backend_spans,
-    default_linear,
-    use_row_adaptive_bf16_linear,
-)
+from specdec.fp32.kernels import RowAdaptiveBf16Linear, default_linear, use_row_adaptive_bf16_linear
+from specdec.fp32.kernel_tables import backend_spans
 from specdec.testing import tiny_qwen2
 
 
@@ -43,15 +39,15 @@ def test_use_row_adaptive_bf16_linear_keeps_the_state_dict_and_swaps_back():
 
 
 # --- the fp32 backends and their per-row-count tables ----------------------------------------------------------------
-from specdec.fp32.kernels import (  # noqa: E402
+from specdec.fp32.kernels import (
     BACKENDS,
     BackendLinear,
     available_backends,
-    fastest_backends,
     linear_backends,
     time_backends,
     use_backends,
 )
+from specdec.fp32.kernel_tables import fastest_backends
 
 
 THREADS = (1, 2)  # the OpenMP path (2) and the serial one; conftest sets 1 for the rest of the suite
@@ -136,12 +132,8 @@ def test_the_avx2_kernel_over_several_k_tiles_and_input_passes():
 
 
 # --- bf16 layers: torch's product or the AVX2 kernel reading bf16 weights -----------------------------------------
-from specdec.fp32.kernels import (  # noqa: E402
-    BF16_CHOICES,
-    BF16_MAX_ROWS,
-    available_bf16_backends,
-    tune_row_adaptive_bf16,
-)
+from specdec.fp32.kernels import BF16_MAX_ROWS, available_bf16_backends, tune_row_adaptive_bf16
+from specdec.fp32.kernel_tables import BF16_CHOICES
 
 
 @pytest.mark.parametrize("bias", [True, False])

@@ -18,16 +18,15 @@ from specdec.study.prepare.models import (
     ChecksumMismatchError,
     CorruptPartError,
     HubUnreachableError,
-    InvalidModelDirError,
     PartsSpec,
-    VocabularyMismatchError,
     assemble_gguf,
-    check_same_vocabulary,
     derive_truncated,
     load_model,
     prepare_model,
     read_manifest,
 )
+from specdec.fp32.loading import check_same_vocabulary
+from specdec.errors import InvalidModelDirError, VocabularyMismatchError
 from scripts import load_script
 
 

@@ -18,6 +18,7 @@ import pandas as pd
 import pytest
 
 from specdec.study.prepare import prompts as P
+from specdec.chat import apply_chat_template
 from specdec.study.prepare import wheels
 from scripts import load_script
 
@@ -196,10 +197,10 @@ def test_empty_domain_names_domain_and_categories(frames):
 # ------------------------------------------------------------------------------------------------------- chat template
 
 def test_chat_template_and_tokens(frames, tokenizer):
-    texts = P.apply_chat_template(["hello there"], tokenizer)
+    texts = apply_chat_template(["hello there"], tokenizer)
     assert texts == ["<|user|>\nhello there<|end|>\n<|assistant|>\n"]
-    assert P.apply_chat_template(["x"], tokenizer, system_prompt="be brief")[0].startswith("<|system|>\nbe brief")
-    assert P.apply_chat_template(["raw"], tokenizer, use_chat_template=False) == ["raw"]
+    assert apply_chat_template(["x"], tokenizer, system_prompt="be brief")[0].startswith("<|system|>\nbe brief")
+    assert apply_chat_template(["raw"], tokenizer, use_chat_template=False) == ["raw"]
     sel = P.select_domain_prompts("code", DOMAINS["code"], frames, 4, seed=0)
     table = P.build_prompt_table(sel, tokenizer, max_prompt_tokens=200)
     assert list(table.columns) == P.PROMPT_COLUMNS
@@ -214,7 +215,7 @@ def test_no_chat_template_is_an_error(tokenizer):
     bare = tokenizer.__class__(tokenizer_object=tokenizer.backend_tokenizer, unk_token="[UNK]")
     bare.chat_template = None
     with pytest.raises(ValueError, match="no chat_template"):
-        P.apply_chat_template(["x"], bare)
+        apply_chat_template(["x"], bare)
 
 
 def test_overlong_prompt_raises(frames, tokenizer):

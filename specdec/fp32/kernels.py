@@ -24,13 +24,11 @@ import torch
 from torch import nn
 
 from specdec.native import build as native_build
-from specdec.fp32.kernel_tables import (  # noqa: F401  (the table readers, re-exported)
+from specdec.native.attention import INVARIANT_ROWS
+from specdec.fp32.kernel_tables import (
     BF16_BACKENDS,
     BF16_CHOICES,
-    backend_spans,
     bf16_tables,
-    fastest_backends,
-    tables_from_timings,
 )
 
 try:
@@ -39,9 +37,6 @@ except ImportError:  # not built (no compiler at install time): the torch backen
     _linear = None
 
 MAX_TABLE_ROWS = 16  # row counts a timed table covers; products of more rows (prompt passes) use weight_major
-# Row counts the batch-invariant setup (runtime.linear_kernel: invariant) runs on the order-fixed native kernels:
-# decoding steps, verify passes and a hybrid draft's catch-ups; a prompt pass (more rows) on the fastest product.
-INVARIANT_ROWS = 32
 
 
 def _linear_backend(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, layer: str = "") -> torch.Tensor:

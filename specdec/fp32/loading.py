@@ -16,15 +16,14 @@ from specdec.errors import InvalidModelDirError, VocabularyMismatchError
 from specdec.fp32.kernels import (
     apply_bf16_tables,
     available_backends,
-    fastest_backends,
     time_backends,
     tune_row_adaptive_bf16,
     use_backends,
     use_invariant_kernels,
     use_row_adaptive_bf16_linear,
 )
-
-from specdec.runtime import LINEAR_KERNELS, WEIGHTS, Runtime  # noqa: F401  (re-exported: callers import them here)
+from specdec.fp32.kernel_tables import fastest_backends
+from specdec.runtime import Runtime
 
 MANIFEST = "manifest.json"
 DTYPES = ("float32", "bfloat16", "float16")
@@ -61,7 +60,7 @@ def load_for_decoding(model_dir, runtime: Runtime, backend_tables: dict[str, dic
                       log=lambda _: None):
     """A prepared model set up as the study runs it (dtype, device, linear kernel); returns (model, tokenizer).
 
-    With linear_kernel "auto", `backend_tables` (kernels.tables_from_timings over this machine's timings: fp32
+    With linear_kernel "auto", `backend_tables` (kernel_tables.tables_from_timings over this machine's timings: fp32
     "out x in" -> {rows: backend}, or bf16 ones with "beyond") says which product each layer runs; without them the
     products are timed now. With "invariant" only a bf16 model's prompt-pass product comes from them."""
     if runtime.threads:

@@ -10,7 +10,7 @@ same sequence for every layer in one native call (specdec/gguf/fused_layers.py: 
 prompt pass runs it here, layer by layer.
 
 Batch invariance: every product runs on `QuantMatrix.matmul` (order-fixed per output, whatever the row count and
-thread count, where the native kernel runs), passes of up to `attention.MAX_INVARIANT_ROWS` rows on the native
+thread count, where the native kernel runs), passes of up to `attention.INVARIANT_ROWS` rows on the native
 attention, and everything else is per-row work whose bits do not depend on the other rows (an RMSNorm per row,
 elementwise multiplies and adds, a table lookup for rotary, silu lane by lane). So a position's logits are the
 same bits in a one-token step and in a verify pass of any size. Longer passes (a prompt) run torch's SDPA; the
@@ -29,7 +29,7 @@ import torch.nn.functional as F
 from specdec.native import attention, rowops
 
 from specdec.gguf import fused_layers, quant
-from specdec.native.attention import MAX_INVARIANT_ROWS, causal_attention
+from specdec.native.attention import INVARIANT_ROWS, causal_attention
 from specdec.features import KeepsFeatures
 from specdec.gguf.model import GGUFModel, read_gguf
 
@@ -68,7 +68,7 @@ class LeanLM(KeepsFeatures):
     values, allocated once); a pass past it is a ContextLengthError. layers: run only the first `layers` decoder
     layers, then the model's own final norm and head (a truncated or early-exit draft over the same weights).
     `last_hidden`: the hidden states of every position of the last `extend`, after the last layer and before the
-    final norm (a reference, not a copy). fused: run passes of up to `attention.MAX_INVARIANT_ROWS` rows through
+    final norm (a reference, not a copy). fused: run passes of up to `attention.INVARIANT_ROWS` rows through
     `fused_layers.FusedLayers` (one native call for every layer; the same bits) where it is built; False runs the
     Python forward (lean._layer) for every pass."""
 
@@ -149,7 +149,7 @@ class LeanLM(KeepsFeatures):
         marks = [time.perf_counter()]
         kept = self.feature_layers if self._features is not None else ()
         layer_outputs = []  # the outputs of the kept layers (keep_hidden_states' `layers`), copies
-        if rows <= MAX_INVARIANT_ROWS and self._fused is not None:
+        if rows <= INVARIANT_ROWS and self._fused is not None:
             layer_seconds = torch.zeros(len(self.layers), dtype=torch.float64) if times is not None else None
             for run in _runs_between(kept, len(self.layers)):  # one native call per run of layers
                 hidden = self._fused.forward(hidden, start, layer_seconds, run)
@@ -158,7 +158,7 @@ class LeanLM(KeepsFeatures):
             layer_times = layer_seconds.tolist() if times is not None else []
         else:
             cos, sin = self._cos[start:end], self._sin[start:end]
-            attend = _invariant_attention if rows <= MAX_INVARIANT_ROWS and attention.available() else _sdpa_attention
+            attend = _invariant_attention if rows <= INVARIANT_ROWS and attention.available() else _sdpa_attention
             layer_times = []
             for i, (weights, (keys, values)) in enumerate(zip(self.layers, self._caches)):
                 hidden = _layer(weights, self.config, hidden, keys, values, start, end, cos, sin, attend)

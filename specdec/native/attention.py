@@ -5,7 +5,7 @@ output in a verify pass over m positions differs in the last bits from the same 
 the greedy identity of speculative decoding would rest on near-ties not flipping. The native kernel computes every
 (head, query) output over exactly its own keys in an order fixed by the key count and head size, so those bits agree.
 
-`use_invariant_attention(model)` makes a Hugging Face model run it for passes of up to MAX_INVARIANT_ROWS query rows
+`use_invariant_attention(model)` makes a Hugging Face model run it for passes of up to INVARIANT_ROWS query rows
 (decoding steps, verify passes, a hybrid draft's catch-up); longer passes (a prompt) run torch's SDPA, whose rows
 are never compared with a step's: the baseline and the speculative loop run the same prompt pass.
 """
@@ -21,7 +21,9 @@ except ImportError:  # not built (no compiler at install time)
     _attention = None
 
 NAME = "specdec_invariant"
-MAX_INVARIANT_ROWS = 32  # query rows run on the native kernel; more (a prompt pass) on torch's SDPA
+# Rows of a pass that run on the order-fixed native kernels (attention here, the products in both engines): decoding
+# steps, verify passes and catch-ups; a longer pass (a prompt) runs on torch's kernels.
+INVARIANT_ROWS = 32
 MAX_HEAD_DIM = 512  # the kernel's stack accumulator (specdec/native/_attention_kernels.h)
 KV_DTYPES = (torch.float32, torch.bfloat16)
 
@@ -91,7 +93,7 @@ def invariant_attention_forward(module: nn.Module, query: torch.Tensor, key: tor
     for a prompt pass. Causal decoding only: no sliding window, no dropout, no soft-capping."""
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
-    if query.shape[2] > MAX_INVARIANT_ROWS:
+    if query.shape[2] > INVARIANT_ROWS:
         return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
                                       **kwargs)
     unsupported = [name for name in ("sliding_window", "softcap") if kwargs.get(name) is not None]

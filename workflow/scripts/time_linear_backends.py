@@ -11,14 +11,10 @@ import logging
 
 import pandas as pd
 
-from specdec.fp32.kernels import (
-    available_backends,
-    tables_from_timings,
-    time_backends,
-    time_bf16_products,
-    use_row_adaptive_bf16_linear,
-)
-from specdec.fp32.loading import Runtime, load_for_decoding
+from specdec.fp32.kernels import available_backends, time_backends, time_bf16_products, use_row_adaptive_bf16_linear
+from specdec.fp32.kernel_tables import tables_from_timings
+from specdec.fp32.loading import load_for_decoding
+from specdec.runtime import Runtime
 from specdec.study.io import write_csv
 from specdec.study.logs import log_to
 

@@ -11,10 +11,11 @@ import logging
 import pandas as pd
 
 from specdec.drafts import get_kind, load_plugins
-from specdec.fp32.loading import Runtime
-from specdec.study.verify.distribution import DistributionSettings, run_distribution_checks
-from specdec.study.io import write_parquet
-from specdec.study.decoding.jobs import load_draft_model, load_target, read_backend_tables
+from specdec.load import load_draft_model, load_target
+from specdec.runtime import Runtime
+from specdec.study.verify.distribution import run_distribution_checks
+from specdec.study.verify.distribution_verdict import DistributionSettings
+from specdec.study.io import read_backend_tables, write_parquet
 from specdec.study.logs import log_to
 
 log = logging.getLogger("verify_distribution")

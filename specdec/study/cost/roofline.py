@@ -35,7 +35,7 @@ def kernel_roofline(model, bandwidth: float,
                     positions: Sequence[int] = tuple(range(1, 10)), repeats: int = 5, context_length: int = 256,
                     log: Callable[[str], None] = print) -> pd.DataFrame:
     """candidates: name -> a backend name for every product ("linear", "weight_major", "avx2"), per-shape tables
-    (kernels.fastest_backends), or a function that swaps its layers into the model (e.g. a bf16 draft's, with
+    (kernel_tables.fastest_backends), or a function that swaps its layers into the model (e.g. a bf16 draft's, with
     kernels.use_row_adaptive_bf16_linear). The model must hold plain nn.Linear layers (loaded with kernel
     "default"); each candidate is swapped in for its turn and out again."""
     ids = torch.randint(0, model.config.vocab_size, (1, context_length + max(positions)),

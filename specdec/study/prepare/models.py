@@ -27,10 +27,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable
 
-from specdec.errors import InvalidModelDirError, VocabularyMismatchError  # noqa: F401  (re-exported for callers)
-from specdec.fp32.loading import (  # noqa: F401
+from specdec.errors import InvalidModelDirError
+from specdec.fp32.loading import (
     MANIFEST,
-    check_same_vocabulary,
     load_model,
     read_manifest,
     torch_dtype,

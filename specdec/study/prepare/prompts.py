@@ -32,7 +32,7 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from specdec.chat import apply_chat_template, tokenize_prompts  # noqa: F401  (re-exported)
+from specdec.chat import apply_chat_template, tokenize_prompts
 from specdec.study.prepare import wheels as pypi
 from specdec.study.io import atomic_path
 

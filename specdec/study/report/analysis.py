@@ -87,7 +87,7 @@ def judge_distribution_checks(checks: pd.DataFrame, alpha: float) -> pd.DataFram
     below the threshold, or when a test with power (has_power; rows without that column count as having it) has
     the wrong sampler's p-value at or above it; "no power" for a test without power whose correct sampler passed;
     else "pass". passed: the outcome is not a FAIL (a test without power is not a failure; whether enough tests
-    have power is judged over the family by specdec.study.verify.distribution.failure_messages)."""
+    have power is judged over the family by specdec.study.verify.distribution_verdict.failure_messages)."""
     threshold = alpha / len(checks)
     table = checks.copy()
     table["threshold"] = threshold

@@ -37,7 +37,7 @@ import torch.nn.functional as F
 
 from safetensors.torch import load_file, save_file
 
-from specdec.native.attention import MAX_INVARIANT_ROWS
+from specdec.native.attention import INVARIANT_ROWS
 from specdec.decode import generate_baseline
 from specdec.drafts.feature_head import WEIGHTS_FILE, FeatureHead, HeadConfig, TargetParts, untrained_head
 from specdec.errors import DraftSpecError
@@ -47,7 +47,7 @@ from specdec.study.io import atomic_directory, atomic_path, write_text
 
 FEATURES_FILE = "features.safetensors"
 SEQUENCES_FILE = "sequences.parquet"
-STEP_ROWS = MAX_INVARIANT_ROWS  # rows a stepped read passes at once: the engine's batch-invariant path
+STEP_ROWS = INVARIANT_ROWS  # rows a stepped read passes at once: the engine's batch-invariant path
 LAYERS_FILE = "feature_layers.json"  # the target layers whose outputs the data's feature rows hold (absent: none)
 
 

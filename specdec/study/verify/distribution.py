@@ -27,7 +27,7 @@ from specdec.drafts import hybrid as hybrid_draft  # likewise: the hybrid's poli
 from specdec.eos import cut_after_eos
 from specdec.lm import PrefixMemoLM
 from specdec.sampling import SamplingConfig, sample_from, warp_logits
-from specdec.study.verify.distribution_verdict import DistributionSettings, failure_messages  # noqa: F401  (re-exported)
+from specdec.study.verify.distribution_verdict import DistributionSettings
 from specdec.study.decoding.interleave import batch_of_one
 from specdec.study.stats import GoodnessOfFit, SampleSize, chi_square_gof, chi_square_power, samples_for_power, total_variation
 
