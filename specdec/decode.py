@@ -29,19 +29,20 @@ from .sampling import (
 )
 
 
-@dataclass
+@dataclass(kw_only=True)
 class StepRecord:
-    """One target pass. kind: 'prefill' (the prompt), 'block' (draft + verify), 'target' (a one-token step)."""
+    """One target pass. kind: 'prefill' (the prompt), 'block' (draft + verify), 'target' (a one-token step).
+    Built by keyword only: a pass without a draft leaves the draft's fields at zero."""
 
     step: int
     kind: str
-    drafted: int
-    accepted: int
+    drafted: int = 0
+    accepted: int = 0
     emitted: int
     positions: int  # positions the target pass computed logits for (k+1 for a verify pass)
-    draft_seconds: float
-    catchup_seconds: float
-    catchup_tokens: int
+    draft_seconds: float = 0.0
+    catchup_seconds: float = 0.0
+    catchup_tokens: int = 0
     verify_seconds: float  # the target's forward pass (the one-token step in the baseline)
     decide_seconds: float  # warping, the accept test and sampling
     kernel: str = ""  # the linear backends that target pass ran on (specdec/fp32/kernels.py), where the session says
@@ -145,8 +146,8 @@ def generate_baseline(
         decide = time.perf_counter() - start
         result.tokens.append(token)
         result.steps.append(
-            StepRecord(len(result.steps), "prefill" if feed is prompt else "target", 0, 0, 1, 1, 0.0, 0.0, 0,
-                       forward, decide, _kernel(target, len(feed)))
+            StepRecord(step=len(result.steps), kind="prefill" if feed is prompt else "target", emitted=1, positions=1,
+                       verify_seconds=forward, decide_seconds=decide, kernel=_kernel(target, len(feed)))
         )
         if token in target.eos_token_ids or len(result.tokens) >= max_new_tokens:
             break
@@ -222,8 +223,8 @@ def generate_speculative(
     first = _choose(logits, sampling, generator)
     decide = time.perf_counter() - start
     result.tokens.append(first)
-    result.steps.append(StepRecord(0, "prefill", 0, 0, 1, 1, draft_prefill, 0.0, 0, prefill, decide,
-                                   _kernel(target_lm, len(prompt))))
+    result.steps.append(StepRecord(step=0, kind="prefill", emitted=1, positions=1, draft_seconds=draft_prefill,
+                                   verify_seconds=prefill, decide_seconds=decide, kernel=_kernel(target_lm, len(prompt))))
     context = prompt + [first]
 
     while first not in eos_ids and len(result.tokens) < max_new_tokens:
