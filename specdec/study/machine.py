@@ -1,6 +1,8 @@
 """Which machine a measurement comes from: the CPU model, the instruction-set flags that change which kernels run
 (AVX2, AVX-512, AVX512-BF16, AMX), the thread count and the torch version, folded into one id that keys the
-profiles and cost-model fits (results/machines/{machine}/...), so that a run on a new machine adds its own."""
+profiles and cost-model fits (results/machines/{machine}/...), so that a run on a new machine adds its own. On a GPU
+(runtime.device cuda) the GPU is the machine: its name, the CUDA version torch was built for and torch's version
+(host threads do not change what a GPU step costs)."""
 
 from __future__ import annotations
 
@@ -45,23 +47,52 @@ def kernel_flags(info: dict) -> list[str]:
                                                                               platform.machine() or "cpu"]
 
 
-def machine_id(threads: int, torch_version: str | None = None, info: dict | None = None) -> str:
-    """e.g. 'amd-epyc-f25m1-avx2-t2-torch2.13.0' or 'intel-xeon-platinum-8481c-avx2-avx512-avx512bf16-amx-t2-...'."""
-    if torch_version is None:  # the installed torch's version, read without importing it (the workflow's start-up)
-        from importlib.metadata import version
+def gpu_info(device: str = "cuda") -> dict:
+    """Name, compute capability, memory and the CUDA version torch was built for, of the GPU `device` names (imports
+    torch: asked only where a run is on a GPU). An error where torch sees no such device."""
+    import torch
 
-        torch_version = version("torch").split("+")[0]
+    if not torch.cuda.is_available():
+        raise RuntimeError(f"runtime device is {device!r} but torch sees no CUDA device")
+    index = torch.device(device).index or 0
+    props = torch.cuda.get_device_properties(index)
+    return {"name": props.name, "capability": f"{props.major}.{props.minor}",
+            "memory_gib": round(props.total_memory / 2**30, 1), "cuda": torch.version.cuda or "unknown"}
+
+
+def gpu_slug(info: dict) -> str:
+    """'NVIDIA H200' -> 'nvidia-h200'."""
+    return re.sub(r"[^a-z0-9]+", "-", info["name"].lower()).strip("-") or "unknown-gpu"
+
+
+def _torch_version() -> str:
+    """The installed torch's version, read without importing it (the workflow's start-up)."""
+    from importlib.metadata import version
+
+    return version("torch").split("+")[0]
+
+
+def machine_id(threads: int, torch_version: str | None = None, info: dict | None = None, device: str = "cpu",
+               gpu: dict | None = None) -> str:
+    """e.g. 'amd-epyc-f25m1-avx2-t2-torch2.13.0', 'intel-xeon-platinum-8481c-avx2-avx512-avx512bf16-amx-t2-...'; on a
+    GPU (device 'cuda' or 'cuda:N') 'nvidia-h200-cuda13.0-torch2.11.0' (gpu: gpu_info's record, read when None)."""
+    torch_version = torch_version or _torch_version()
+    if device.startswith("cuda"):
+        gpu = gpu or gpu_info(device)
+        return f"{gpu_slug(gpu)}-cuda{gpu['cuda']}-torch{torch_version}"
     info = info or cpuinfo()
     return f"{cpu_slug(info)}-{'-'.join(kernel_flags(info))}-t{threads}-torch{torch_version}"
 
 
-def machine_record(threads: int) -> dict:
-    """What provenance records about the machine a run measured on."""
+def machine_record(threads: int, device: str = "cpu") -> dict:
+    """What provenance records about the machine a run measured on (and its GPU, on one)."""
     info = cpuinfo()
-    return {"id": machine_id(threads, info=info), "cpu": info["model_name"], "vendor": info["vendor"],
-            "family": info["family"], "model": info["model"], "kernel_flags": kernel_flags(info),
-            "logical_cpus": info["logical_cpus"], "threads": threads, "platform": platform.platform(),
-            "python": platform.python_version()}
+    gpu = gpu_info(device) if device.startswith("cuda") else None
+    record = {"id": machine_id(threads, info=info, device=device, gpu=gpu), "cpu": info["model_name"],
+              "vendor": info["vendor"], "family": info["family"], "model": info["model"],
+              "kernel_flags": kernel_flags(info), "logical_cpus": info["logical_cpus"], "threads": threads,
+              "platform": platform.platform(), "python": platform.python_version()}
+    return record | ({"device": device, "gpu": gpu} if gpu else {})
 
 
 def package_versions(names) -> dict:
