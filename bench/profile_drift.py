@@ -12,9 +12,10 @@ from pathlib import Path
 
 import pandas as pd
 
-from specdec.fp32.loading import Runtime, load_for_decoding
+from specdec.fp32.loading import load_for_decoding
+from specdec.runtime import Runtime
 from specdec.study.cost.model import fit_cost_model, profiled_shapes
-from specdec.study.decoding.jobs import read_backend_tables
+from specdec.study.io import read_backend_tables
 from specdec.study.cost.verdict import MachineFit
 from specdec.study.cost.prediction import forward_seconds
 from specdec.study.cost.profiling import profile_model, profile_models

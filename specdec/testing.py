@@ -310,7 +310,7 @@ def add_gguf_metadata(path, fields: dict, dest=None):
     so they stay valid). Keys the file already has are refused."""
     import struct
 
-    from specdec.gguf.loading import read_header
+    from specdec.gguf.header import read_header
 
     header = read_header(path, string_arrays=())
     present = sorted(set(fields) & set(header.metadata))

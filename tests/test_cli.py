@@ -1,10 +1,12 @@
-"""The command line (`python -m specdec generate`) on tiny prepared model directories."""
+"""The command line (`python -m specdec generate`) on tiny prepared model directories and tiny GGUF files: every
+draft kind of the registry through the front door for loading (specdec.load), refusals by the registry's own words."""
 
 from __future__ import annotations
 
 import importlib
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -12,8 +14,12 @@ from pathlib import Path
 import pytest
 import torch
 
+import toy_draft  # noqa: F401  (registers the toy kind: the CLI runs it through --plugin, as any kind of one's own)
 from specdec import testing
-from specdec.cli import main
+from specdec.cli import DRAFT_KEY, main
+from specdec.drafts import check_spec, get_kind, kind_names
+from specdec.drafts.registry import gguf_draft_source
+from specdec.errors import DraftSpecError, InvalidModelDirError, VocabularyMismatchError
 from specdec.study.prepare.models import prepare_model
 from specdec.testing import TINY_VOCAB, perturbed_copy, tiny_qwen2
 
@@ -71,19 +77,26 @@ def test_bf16_draft_keeps_greedy_identity(dirs, capsys):
     assert main(_args(dirs, "--k", "3", "--json", "--baseline", "--draft-dtype", "bfloat16")) == 0
     captured = capsys.readouterr()
     out = json.loads(captured.out)
-    assert "loaded draft" in captured.err and "(bfloat16)" in captured.err
+    assert "loaded draft model (" in captured.err and "dtype=bfloat16" in captured.err
+    assert out["draft"] == {"kind": "model", "model": dirs["draft"], "dtype": "bfloat16"}
     assert out["greedy_identical"] is True and out["tokens"] == out["baseline_tokens"]
     assert out["tokens_per_pass"] > 1.0  # the bf16 copy of the perturbed draft still agrees with the target
 
 
 def test_draft_layers_of_a_model_directory_keep_greedy_identity(dirs, capsys):
-    """--draft-layers without --draft: the target's own first layer (early exit), sharing its weights."""
+    """--draft-layers without --draft: the target's own first layer (early exit), sharing its weights; with --draft:
+    the draft directory's first layer (truncated, cut at load as the gguf regime cuts a file)."""
     assert main(_args(dirs, "--k", "3", "--json", "--baseline", "--draft-layers", "1", draft=None)) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["mode"] == "speculative" and out["weights"] == "safetensors"
+    assert out["draft"] == {"kind": "early_exit", "layers": 1}
+    assert out["greedy_identical"] is True and out["tokens"] == out["baseline_tokens"]
+    assert main(_args(dirs, "--k", "3", "--json", "--baseline", "--draft-layers", "1")) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["draft"] == {"kind": "truncated", "model": dirs["draft"], "layers": 1}
     assert out["greedy_identical"] is True and out["tokens"] == out["baseline_tokens"]
     assert main(_args(dirs, "--draft-layers", "3")) == 2
-    assert "has 2 layers" in capsys.readouterr().err
+    assert "--draft-layers 3: " + dirs["draft"] + " has 2 layers" in capsys.readouterr().err
 
 
 def test_sampling_and_baseline_only(dirs, capsys):
@@ -214,3 +227,205 @@ def test_a_gguf_target_with_a_model_directory_draft_exits_2(ggufs, dirs, capsys)
     assert main(["generate", "--target", ggufs["target"], "--draft", dirs["draft"], "--prompt", "hi"]) == 2
     err = capsys.readouterr().err
     assert "both GGUF files" in err and ggufs["target"] in err and dirs["draft"] in err
+
+
+# --- every kind of the registry, as the registry describes it -------------------------------------------------------
+KINDS = kind_names()
+LOOKUP_PROMPT = "abcabcabcabc"  # repeats: the lookup kinds find matches in the prompt itself
+
+
+def _smallest(schema: dict):
+    """The smallest value a required field's schema allows (required fields besides `model` are numbers)."""
+    return {"integer": schema.get("minimum", 1), "number": schema.get("minimum", 0.0)}[schema["type"]]
+
+
+def _kind_spec(kind_name: str, model_path: str) -> dict:
+    """The spec the CLI runs for a kind: its `model` field (where it has one) the --draft path, its required fields
+    at their smallest values."""
+    kind = get_kind(kind_name)
+    spec = {"kind": kind_name, **({"model": model_path} if "model" in kind.fields else {})}
+    return {**spec, **{field: _smallest(kind.fields[field]) for field in kind.required if field != "model"}}
+
+
+def _kind_options(spec: dict, model_path: str, own_dirs: dict) -> list[str]:
+    """The options that ask for `spec`: the kind's module (--plugin), a --draft where the kind loads a model (a
+    directory of its own kind where it loads its own kind of model), its fields as --draft-option."""
+    kind = get_kind(spec["kind"])
+    options = ["--plugin", kind.build.__module__, "--draft-kind", spec["kind"]]
+    if kind.model is not None:
+        options += ["--draft", own_dirs[spec["kind"]] if kind.load is not None else model_path]
+    return options + [item for field, value in spec.items() if field not in ("kind", "model")
+                      for item in ("--draft-option", f"{field}={value}")]
+
+
+def _own_models(target, root: Path) -> dict[str, str]:
+    """A directory of its own kind for each kind that loads one (a feature head): an untrained one made for
+    `target`, as its training starts it."""
+    dirs = {}
+    for name in KINDS:
+        if get_kind(name).load is not None:
+            get_kind(name).untrained({"kind": name}, target).save(root / name)
+            dirs[name] = str(root / name)
+    return dirs
+
+
+@pytest.fixture(scope="module")
+def own_dirs(dirs, tmp_path_factory):
+    from specdec.fp32.loading import load_model
+
+    return _own_models(load_model(dirs["target"])[0], tmp_path_factory.mktemp("cli-own"))
+
+
+def _kind_args(target: str, *options) -> list[str]:
+    return ["generate", "--target", target, "--prompt", LOOKUP_PROMPT, "--no-chat-template", "--max-new-tokens", "12",
+            "--threads", "1", "--k", "3", "--json", "--baseline", *options]
+
+
+@pytest.mark.parametrize("kind_name", KINDS)
+def test_every_kind_runs_from_the_command_line_equal_to_greedy(dirs, own_dirs, capsys, kind_name):
+    spec = _kind_spec(kind_name, dirs["draft"])
+    assert main(_kind_args(dirs["target"], *_kind_options(spec, dirs["draft"], own_dirs))) == 0, \
+        capsys.readouterr().err
+    out = json.loads(capsys.readouterr().out)
+    assert out["draft"] == spec and out["mode"] == "speculative"  # the kind ran with the fields asked for
+    assert out["greedy_identical"] is True and out["tokens"] == out["baseline_tokens"] and out["n_tokens"] == 12
+    assert out["drafted"] > 0  # and it proposed
+
+
+def test_help_lists_every_registered_kind_without_importing_torch(capsys):
+    code = ("import json, sys\nfrom specdec.cli import main\nfrom specdec.drafts import kind_names\n"
+            "code = main(['generate', '--help'])\n"
+            "print(json.dumps({'code': code, 'kinds': kind_names(), 'torch': 'torch' in sys.modules}))")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    *lines, last = proc.stdout.strip().splitlines()
+    result = json.loads(last)
+    assert result["code"] == 0 and result["torch"] is False, proc.stderr[-2000:]
+    assert {line.split(":")[0].strip() for line in lines if re.match(r"^  [a-z_0-9]+: ", line)} == set(result["kinds"])
+    # in this process a plugin's kind is registered before the parser is built: listed too
+    assert main(["generate", "--help"]) == 0
+    assert f"  {toy_draft.KIND}: " in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("options, spec", [
+    (["--draft-kind", "medusa"], {"kind": "medusa"}),
+    (["--draft-kind", "prompt_lookup", "--draft-option", "ngram_maxx=3"], {"kind": "prompt_lookup", "ngram_maxx": 3}),
+    (["--draft-kind", "prompt_lookup", "--draft-option", "ngram_max=two"],
+     {"kind": "prompt_lookup", "ngram_max": "two"}),
+    (["--draft-kind", "prompt_lookup", "--draft-option", "ngram_max=0"], {"kind": "prompt_lookup", "ngram_max": 0}),
+    (["--draft-kind", "early_exit"], {"kind": "early_exit"}),  # its required field missing
+    (["--draft-layers", "1", "--draft-dtype", "bfloat16"], {"kind": "early_exit", "layers": 1, "dtype": "bfloat16"}),
+    (["--draft-kind", "hybrid", "--draft", "DRAFT", "--draft-option", "min_confidence=-1"],
+     {"kind": "hybrid", "model": "DRAFT", "min_confidence": -1}),
+])
+def test_bad_kinds_and_fields_are_refused_with_the_registry_s_own_error(dirs, capsys, options, spec):
+    options = [dirs["draft"] if option == "DRAFT" else option for option in options]
+    spec = {key: dirs["draft"] if value == "DRAFT" else value for key, value in spec.items()}
+    with pytest.raises(DraftSpecError) as refusal:
+        check_spec(spec, DRAFT_KEY)
+    assert main(_args(dirs, *options, draft=None)) == 2
+    captured = capsys.readouterr()
+    assert captured.err == f"specdec generate: error: {refusal.value}\n" and captured.out == ""  # before any load
+
+
+def test_a_draft_spec_file_with_options_over_it(dirs, tmp_path, capsys):
+    spec_file = tmp_path / "hybrid.yaml"
+    spec_file.write_text("{kind: hybrid, ngram_max: 2, ngram_min: 2}\n")
+    assert main(_args(dirs, "--draft-spec", str(spec_file), "--draft-option", "ngram_max=4", "--k", "3", "--json",
+                      "--baseline")) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["draft"] == {"kind": "hybrid", "model": dirs["draft"], "ngram_max": 4, "ngram_min": 2}
+    assert out["greedy_identical"] is True and out["tokens"] == out["baseline_tokens"]
+    spec_file.write_text("kind: hybrid\nngram_max: 3.5\n")  # a field of the wrong type, in the file
+    with pytest.raises(DraftSpecError) as refusal:
+        check_spec({"kind": "hybrid", "model": dirs["draft"], "ngram_max": 3.5}, DRAFT_KEY)
+    assert main(_args(dirs, "--draft-spec", str(spec_file))) == 2
+    assert capsys.readouterr().err == f"specdec generate: error: {refusal.value}\n"
+
+
+@pytest.mark.parametrize("options, words", [
+    (["--draft-kind", "prompt_lookup", "--draft", "DRAFT"], ["a 'prompt_lookup' draft loads no model", "drop --draft"]),
+    (["--draft-kind", "hybrid"], ["a 'hybrid' draft loads a model", "--draft PATH"]),
+    (["--draft-kind", "hybrid", "--draft", "DRAFT", "--draft-option", "model=x"], ["the draft field 'model'"]),
+    (["--draft-option", "ngram_max"], ["--draft-option 'ngram_max': KEY=VALUE"]),
+    (["--draft-option", "kind=hybrid"], ["give the kind with --draft-kind"]),
+    (["--draft-option", "ngram_max=3"], ["draft fields ['ngram_max'] but no draft"]),
+    (["--draft-spec", "MISSING"], ["--draft-spec", "nope", "No such file"]),
+    (["--plugin", "no_such_plugin", "--draft-kind", "prompt_lookup"], ["config key 'plugins'", "no_such_plugin"]),
+    (["--draft-kind", "feature_head", "--draft", "MISSING"], ["nope holds no feature head"]),
+])
+def test_draft_options_that_cannot_work_exit_2_with_one_line(dirs, capsys, options, words):
+    options = [{"DRAFT": dirs["draft"], "MISSING": dirs["missing"]}.get(option, option) for option in options]
+    assert main(_args(dirs, *options, draft=None)) == 2
+    captured = capsys.readouterr()
+    err = captured.err.strip().splitlines()[-1]
+    assert err.startswith("specdec generate: error: ") and all(word in err for word in words), captured.err
+    assert captured.out == "" and "Traceback" not in captured.err
+
+
+# --- the front door the CLI goes through (specdec.load) ------------------------------------------------------------
+def test_the_front_door_checks_paths_and_vocabularies_before_loading(dirs, ggufs):
+    from specdec.load import check_model, check_same_vocabularies
+
+    target, other = check_model(dirs["target"]), check_model(dirs["other"])
+    assert (target.weights, target.layers, target.header) == ("safetensors", 2, None)
+    with pytest.raises(InvalidModelDirError, match="nope has no manifest.json"):
+        check_model(dirs["missing"])
+    with pytest.raises(VocabularyMismatchError, match="different vocabularies"):
+        check_same_vocabularies(target, other)
+    check_same_vocabularies(target, check_model(dirs["draft"]))
+    gguf = check_model(ggufs["target"])
+    assert (gguf.weights, gguf.layers) == ("gguf", 2) and gguf.header.tensors
+    with pytest.raises(ValueError, match="both GGUF files"):
+        check_same_vocabularies(gguf, target)
+    with pytest.raises(VocabularyMismatchError):
+        check_same_vocabularies(gguf, check_model(ggufs["other"]))
+
+
+def test_a_truncated_spec_over_a_deeper_directory_runs_its_first_layers(dirs):
+    from specdec.drafts import early_exit_model
+    from specdec.load import load_draft_model
+    from specdec.runtime import Runtime
+
+    def load(layers: int | None):
+        spec = {"kind": "model", "model": "d"} if layers is None else {"kind": "truncated", "model": "d",
+                                                                        "layers": layers}
+        return load_draft_model("d", spec, dirs["draft"], testing.tiny_tokenizer(), Runtime())
+
+    whole, cut = load(None), load(1)
+    assert whole.config.num_hidden_layers == 2 and cut.config.num_hidden_layers == len(cut.model.layers) == 1
+    ids = torch.tensor([[3, 5, 7]])
+    with torch.no_grad():  # the directory's first layer with its norm and head
+        assert torch.equal(cut(ids).logits, early_exit_model(whole, 1)(ids).logits)
+    assert load(2).config.num_hidden_layers == 2  # the study's truncated directories: loaded as they are
+    with pytest.raises(DraftSpecError, match="layers 3 is not within 1..2"):
+        load(3)
+
+
+@pytest.fixture(scope="module")
+def gguf_own_dirs(ggufs, tmp_path_factory):
+    from specdec.load import load_target
+    from specdec.runtime import Runtime
+
+    return _own_models(load_target(ggufs["target"], Runtime(weights="gguf"))[0], tmp_path_factory.mktemp("gguf-own"))
+
+
+@needs_product
+@pytest.mark.parametrize("kind_name", KINDS)
+def test_every_kind_runs_on_gguf_files_equal_to_greedy_or_is_refused_by_the_registry(ggufs, gguf_own_dirs, capsys,
+                                                                                      kind_name):
+    """Each kind as the gguf regime runs it (its model from a GGUF file, cut to its first layers, the target's own
+    layers, a head of its own); a kind whose weights have no GGUF file is refused with the registry's words."""
+    spec = _kind_spec(kind_name, ggufs["draft"])
+    args = _kind_args(ggufs["target"], *_kind_options(spec, ggufs["draft"], gguf_own_dirs))
+    kind = get_kind(kind_name)
+    if kind.model == "own" and not kind.gguf_cut and kind.load is None:
+        with pytest.raises(DraftSpecError) as refusal:
+            gguf_draft_source(ggufs["draft"], spec)
+        assert main(args) == 2
+        assert capsys.readouterr().err == f"specdec generate: error: {refusal.value}\n"
+        return
+    assert main(args) == 0, capsys.readouterr().err
+    out = json.loads(capsys.readouterr().out)
+    assert out["draft"] == spec and out["weights"] == "gguf" and out["mode"] == "speculative"
+    assert out["greedy_identical"] is True and out["tokens"] == out["baseline_tokens"]
+    assert out["drafted"] > 0

@@ -13,13 +13,17 @@ import torch
 
 from specdec.gguf import loading as gguf_loading, quant
 from specdec.errors import DraftSpecError, VocabularyMismatchError
-from specdec.gguf.loading import (GGUFFileError, GGUFVocabulary, check_gguf, gguf_draft_source, load_gguf_draft,
-                                  load_gguf_for_decoding, load_gguf_tokenizer, read_header)
+from specdec.drafts.registry import gguf_draft_source
+from specdec.gguf.header import GGUFFileError, read_header
+from specdec.gguf.loading import (GGUFVocabulary, check_gguf, load_gguf_draft, load_gguf_for_decoding,
+                                  load_gguf_tokenizer)
 from specdec.gguf.model import GGUFModelError
 from specdec.gguf.lean import LeanLM
-from specdec.fp32.loading import Runtime, load_for_decoding
+from specdec.fp32.loading import load_for_decoding
+from specdec.load import make_draft
+from specdec.runtime import Runtime
 from specdec.gguf.quant import UnsupportedTensorType
-from specdec.study.decoding.jobs import DecodeJob, make_draft, run_decode_jobs
+from specdec.study.decoding.jobs import DecodeJob, run_decode_jobs
 from specdec.testing import (CHARS, GGUF_TARGET_SCALES, add_gguf_metadata, gguf_tokenizer_fields, tiny_gguf,
                              tiny_gguf_with_tokenizer, tiny_tokenizer)
 

@@ -128,13 +128,13 @@ def lean_files(tmp_path_factory):
 @pytest.mark.skipif(not importlib.import_module("specdec.gguf.quant").available(), reason="the quantized product is not built")
 @pytest.mark.parametrize("kind_name", KINDS)
 def test_greedy_identity_for_every_kind_on_the_quantized_engine(lean_files, kind_name):
-    """Each kind built as a gguf-regime decode job builds it (study.jobs.make_draft: a lean target, the draft's
+    """Each kind built as a gguf-regime decode job builds it (specdec.load.make_draft: a lean target, the draft's
     model from its GGUF file, early exits over the target's weights); a kind that cannot run there is refused by
     name before any model loads."""
     from specdec.errors import DraftSpecError
     from specdec.gguf.loading import load_gguf_for_decoding
-    from specdec.fp32.loading import Runtime
-    from specdec.study.decoding.jobs import make_draft
+    from specdec.load import make_draft
+    from specdec.runtime import Runtime
 
     runtime = Runtime(weights="gguf", threads=1)
     target, vocabulary = load_gguf_for_decoding(lean_files[0], runtime, max_length=64)

@@ -13,6 +13,7 @@ from .registry import (
            DraftCost,
            DraftKind,
            DraftResources,
+           check_spec,
            get_kind,
            kind_names,
            load_plugins,
@@ -31,5 +32,5 @@ def __getattr__(name):
 
 
 __all__ = ["DraftProposer", "Proposal", "as_proposer", "ModelDraft", "PromptLookupDraft", "EarlyExitDraft",
-           "early_exit_model", "HybridDraft", "DraftCost", "DraftKind", "DraftResources", "get_kind", "kind_names",
-           "load_plugins", "register"]
+           "early_exit_model", "HybridDraft", "DraftCost", "DraftKind", "DraftResources", "check_spec", "get_kind",
+           "kind_names", "load_plugins", "register"]

@@ -140,6 +140,22 @@ class DraftKind:
         if missing:
             raise DraftSpecError(f"config key '{key}': a {self.name!r} draft needs {', '.join(map(repr, missing))}")
 
+    def check_value(self, field: str, value: Any, key: str, defs: Mapping | None = None) -> None:
+        """One field's value by the JSON schema this kind gives it, resolved against `defs` (the $defs a field may
+        $ref: the study's config schema's); DraftSpecError naming the key and the first error."""
+        import jsonschema  # here, not at import: the workflow reads the registry at every start-up
+        from referencing.exceptions import Unresolvable
+
+        validator = jsonschema.Draft202012Validator({**self.fields[field], "$defs": dict(defs or {})})
+        try:
+            errors = sorted(validator.iter_errors(value), key=lambda e: list(e.absolute_path))
+        except Unresolvable as e:
+            raise DraftSpecError(f"config key '{key}': its schema refers to {self.fields[field].get('$ref')!r}, "
+                                 f"which only the study's config schema defines ({e})") from e
+        if errors:
+            path = ".".join([key, *map(str, errors[0].absolute_path)])
+            raise DraftSpecError(f"config key '{path}': {errors[0].message}")
+
 
 _KINDS: dict[str, DraftKind] = {}
 
@@ -159,6 +175,20 @@ def get_kind(name: str, key: str = "kind") -> DraftKind:
         raise DraftSpecError(f"config key '{key}': unknown draft kind {name!r} (known: {', '.join(kind_names())}; "
                              "a kind of your own is registered by a module named under 'plugins')")
     return _KINDS[name]
+
+
+def check_spec(spec: Mapping, key: str, defs: Mapping | None = None) -> DraftKind:
+    """A draft's spec ({kind, ...fields}) checked whole, before anything is built: a known kind, no unknown or
+    missing field, each value by its field's JSON schema (defs: what a field's $ref resolves against). The study's
+    config check and the command line both ask this; DraftSpecError naming `key`. Returns the kind."""
+    if not isinstance(spec, Mapping) or "kind" not in spec:
+        raise DraftSpecError(f"config key '{key}': a draft is a mapping with a 'kind', got {spec!r}")
+    kind = get_kind(spec["kind"], f"{key}.kind")
+    kind.check_fields(spec, key)
+    for name, value in spec.items():
+        if name != "kind":
+            kind.check_value(name, value, f"{key}.{name}", defs)
+    return kind
 
 
 def load_plugins(modules: Iterable[str]) -> None:

@@ -24,17 +24,14 @@ from typing import Callable, Mapping
 
 import torch
 
-from specdec.drafts.registry import gguf_draft_source  # noqa: F401  (re-exported: the study imports it here)
+from specdec.drafts.registry import gguf_draft_source
 from specdec.errors import DraftSpecError
-# the header alone (gguf_header; re-exported: imported from here by the CLI, the workflow and the tests)
-from specdec.gguf.header import (GGUF_VERSIONS, VOCABULARY_KEY, GGUFFileError, GGUFHeader, TensorInfo,  # noqa: F401
-                          read_header)
-from specdec.gguf.model import ARCHITECTURE, GGUFModelError, read_gguf
+from specdec.fp32.loading import check_same_vocabulary
+from specdec.gguf.header import VOCABULARY_KEY, GGUFFileError, GGUFHeader, read_header
 from specdec.gguf.lean import LeanLM
-from specdec.fp32.loading import Runtime, check_same_vocabulary
+from specdec.gguf.model import ARCHITECTURE, GGUFModelError, read_gguf
 from specdec.gguf.quant import SUPPORTED_TYPES, UnsupportedTensorType
-
-GGUF_SUFFIX = ".gguf"
+from specdec.runtime import Runtime
 
 
 def _listing(items: list[str]) -> str:
@@ -73,12 +70,12 @@ class GGUFVocabulary:
         return len(self.tokens)
 
 
-def check_same_gguf_vocabulary(target: str | os.PathLike, draft: str | os.PathLike, target_name: str = "target",
-                               draft_name: str = "draft") -> None:
-    """Both files' vocabularies (from their headers, before either model loads): VocabularyMismatchError naming
-    both where they differ."""
-    check_same_vocabulary(GGUFVocabulary(check_gguf(target)), GGUFVocabulary(check_gguf(draft)), target_name,
-                          draft_name)
+def check_same_gguf_vocabulary(target: GGUFHeader | str | os.PathLike, draft: GGUFHeader | str | os.PathLike,
+                               target_name: str = "target", draft_name: str = "draft") -> None:
+    """Both files' vocabularies (from their headers, checked ones or read now, before either model loads):
+    VocabularyMismatchError naming both where they differ."""
+    target, draft = (h if isinstance(h, GGUFHeader) else check_gguf(h) for h in (target, draft))
+    check_same_vocabulary(GGUFVocabulary(target), GGUFVocabulary(draft), target_name, draft_name)
 
 
 # --- models, sessions, tokenizer --------------------------------------------------------------------------------------

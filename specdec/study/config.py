@@ -10,7 +10,7 @@ from typing import Mapping
 import jsonschema
 import yaml
 
-from ..drafts import get_kind, load_plugins
+from ..drafts import check_spec, get_kind, load_plugins
 from ..errors import DraftSpecError
 
 
@@ -52,16 +52,7 @@ def _check_draft_fields(config: Mapping, schema: Mapping) -> None:
     try:
         load_plugins(config.get("plugins") or [])
         for name, spec in (config.get("draft_kinds") or {}).items():
-            key = f"draft_kinds.{name}"
-            kind = get_kind(spec["kind"], f"{key}.kind")
-            kind.check_fields(spec, key)
-            for field, value in spec.items():
-                if field == "kind":
-                    continue
-                validator = jsonschema.Draft202012Validator({**kind.fields[field], "$defs": schema.get("$defs", {})})
-                message = _first_error(validator, value, f"{key}.{field}")
-                if message:
-                    raise ConfigError(message)
+            check_spec(spec, f"draft_kinds.{name}", schema.get("$defs", {}))
     except DraftSpecError as e:
         raise ConfigError(str(e)) from e
 

@@ -50,7 +50,7 @@ def model_record(path) -> dict:
         return {k: v for k, v in json.loads((path / "manifest.json").read_text()).items()
                 if k in ("source", "num_hidden_layers", "hidden_size", "vocab_size", "parameter_count", "gguf_sha256",
                          "safetensors_sha256")}
-    from specdec.gguf.loading import read_header
+    from specdec.gguf.header import read_header
     from specdec.gguf.lean import product_kernel
 
     header = read_header(path, string_arrays=())

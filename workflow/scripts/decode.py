@@ -11,9 +11,10 @@ import logging
 import pandas as pd
 
 from specdec.drafts import load_plugins
-from specdec.fp32.loading import Runtime
-from specdec.study.io import write_parquet
-from specdec.study.decoding.jobs import DecodeJob, load_target, make_draft, read_backend_tables, run_decode_jobs
+from specdec.load import load_target, make_draft
+from specdec.runtime import Runtime
+from specdec.study.decoding.jobs import DecodeJob, run_decode_jobs
+from specdec.study.io import read_backend_tables, write_parquet
 from specdec.study.logs import log_to
 
 log = logging.getLogger("decode")

@@ -8,8 +8,9 @@ import logging
 
 import pandas as pd
 
-from specdec.fp32.loading import Runtime, load_for_decoding
-from specdec.study.decoding.jobs import read_backend_tables
+from specdec.fp32.loading import load_for_decoding
+from specdec.runtime import Runtime
+from specdec.study.io import read_backend_tables
 from specdec.study.training.distill import save_teacher_data, teacher_data
 from specdec.study.logs import log_to
 

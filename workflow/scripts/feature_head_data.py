@@ -30,7 +30,7 @@ def target_session(target: str, engine: str, runtime, kernels):
     else:
         from specdec.lm import CachedLM
         from specdec.fp32.loading import load_for_decoding
-        from specdec.study.decoding.jobs import read_backend_tables
+        from specdec.study.io import read_backend_tables
 
         model, _ = load_for_decoding(target, runtime, read_backend_tables(kernels))
         session = CachedLM(model)

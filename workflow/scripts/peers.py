@@ -9,10 +9,10 @@ import logging
 import pandas as pd
 
 from specdec.lm import eos_ids_of
-from specdec.fp32.loading import Runtime, load_for_decoding
-from specdec.study.decoding.jobs import read_backend_tables
-from specdec.study.io import write_parquet
-from specdec.study.decoding.jobs import load_draft_model
+from specdec.fp32.loading import load_for_decoding
+from specdec.load import load_draft_model
+from specdec.runtime import Runtime
+from specdec.study.io import read_backend_tables, write_parquet
 from specdec.study.logs import log_to
 from specdec.study.peers.hf import run_peers_job
 

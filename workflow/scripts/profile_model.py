@@ -12,9 +12,9 @@ import logging
 
 from specdec.gguf.loading import load_gguf_for_decoding
 from specdec.gguf.lean import LeanLM
-from specdec.fp32.loading import Runtime, load_for_decoding
-from specdec.study.decoding.jobs import read_backend_tables
-from specdec.study.io import write_csv
+from specdec.fp32.loading import load_for_decoding
+from specdec.runtime import Runtime
+from specdec.study.io import read_backend_tables, write_csv
 from specdec.study.logs import log_to
 from specdec.study.cost.profiling import profile_models
 

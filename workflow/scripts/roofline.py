@@ -10,9 +10,9 @@ import logging
 import sys
 
 from specdec.fp32.kernels import available_backends
-from specdec.fp32.loading import Runtime, load_for_decoding
-from specdec.study.io import write_csv
-from specdec.study.decoding.jobs import read_backend_tables
+from specdec.fp32.loading import load_for_decoding
+from specdec.runtime import Runtime
+from specdec.study.io import read_backend_tables, write_csv
 from specdec.study.logs import log_to
 from specdec.study.cost.roofline import kernel_roofline
 

@@ -16,9 +16,9 @@ from specdec.gguf import quant
 from specdec.drafts import load_plugins
 from specdec.drafts.registry import gguf_draft_source
 from specdec.fp32.kernels import kernel_build
-from specdec.fp32.loading import Runtime
+from specdec.load import load_target, make_draft
+from specdec.runtime import Runtime
 from specdec.study.io import write_parquet
-from specdec.study.decoding.jobs import load_target, make_draft
 from specdec.study.peers.llamacpp import RunSettings
 from specdec.study.logs import log_to
 from specdec.study.peers.vs_llamacpp import llamacpp_runner, methods_for, ours_runner, side_by_side_job

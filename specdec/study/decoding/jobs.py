@@ -9,19 +9,14 @@ is diagnosed while the models are loaded (diagnose.py).
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, replace
-from typing import Callable, Mapping
+from typing import Callable
 
 import pandas as pd
-from transformers import PreTrainedModel
 
 from specdec.decode import DecodeResult, generate_baseline, generate_speculative
-from specdec.drafts import DraftResources, get_kind
-from specdec.lm import eos_ids_of, vocab_size_of
-from specdec.fp32.loading import Runtime, check_same_vocabulary, load_for_decoding
+from specdec.study.decoding.interleave import Turn, batch_of_one, run_interleaved
 from specdec.study.verify.diagnose import diagnose_divergence
 from specdec.study.verify.divergence import first_difference
-from specdec.study.decoding.interleave import Turn, batch_of_one, run_interleaved
-from specdec.study.io import read_backend_tables  # noqa: F401  (re-exported: the decode scripts read tables through jobs)
 
 
 @dataclass(frozen=True)
@@ -36,74 +31,6 @@ class DecodeJob:
     temperature: float = 0.0
     top_k: int | None = None
     top_p: float | None = None
-
-
-def draft_runtime(spec: Mapping, runtime: Runtime) -> Runtime:
-    """The runtime a draft model loads with: the study's, in the draft's own dtype where its spec names one. The
-    draft's precision never touches exactness (the rule uses the q the draft actually computed), only its speed
-    and acceptance."""
-    return replace(runtime, dtype=spec.get("dtype") or runtime.dtype)
-
-
-def load_target(path, runtime: Runtime, backend_tables: dict | None = None, max_length: int | None = None):
-    """The target as a decoding job runs it, per runtime.weights: (a prepared model, its tokenizer) from a model
-    directory, or (a LeanLM session, the file's vocabulary) from a GGUF file (max_length: its KV cache's positions;
-    backend tables do not apply there)."""
-    if runtime.weights == "gguf":
-        from specdec.gguf.loading import load_gguf_for_decoding
-
-        return load_gguf_for_decoding(path, runtime, max_length=max_length)
-    return load_for_decoding(path, runtime, backend_tables)
-
-
-def load_draft_model(name: str, spec: Mapping, draft_dir, target_tokenizer, runtime: Runtime,
-                     backend_tables: dict | None = None, target=None):
-    """A draft's model, loaded in its runtime; its vocabulary must equal the target's. runtime.weights
-    'safetensors': the prepared model directory `draft_dir`; 'gguf': a session over the GGUF file `draft_dir` (its
-    first layers for a truncated cut), sharing the target's weights where it is the target's file (target: the
-    target's session; target_tokenizer: its vocabulary)."""
-    kind = get_kind(spec["kind"], f"draft {name!r}: kind")
-    if kind.load is not None:  # a model of its own kind (a feature head), made for this target, in either regime
-        if not draft_dir:
-            raise ValueError(f"draft {name!r} of kind {spec['kind']!r} needs its model directory")
-        return kind.load(draft_dir, target)
-    if runtime.weights == "gguf":
-        from specdec.gguf.loading import load_gguf_draft
-
-        return load_gguf_draft(name, spec, draft_dir, target, target_tokenizer, runtime)
-    if not draft_dir:
-        raise ValueError(f"draft {name!r} of kind {spec['kind']!r} needs a prepared model directory")
-    model, tokenizer = load_for_decoding(draft_dir, draft_runtime(spec, runtime), backend_tables)
-    check_same_vocabulary(target_tokenizer, tokenizer, "target", name)
-    return model
-
-
-def make_draft(name: str, spec: Mapping, target, target_tokenizer, draft_dir, runtime: Runtime,
-               backend_tables: dict | None = None):
-    """The proposer a draft spec ({kind, ...fields}) asks for, built by its kind (specdec.drafts.registry). In the
-    gguf regime `target` is a LeanLM session and `target_tokenizer` its file's vocabulary; a kind that cannot run
-    there, or a draft dtype, is refused by name before any model loads."""
-    kind = get_kind(spec["kind"], f"draft {name!r}: kind")
-    target_layers = None
-    if runtime.weights == "gguf":
-        from specdec.gguf.loading import first_layers, gguf_draft_source
-
-        gguf_draft_source(name, spec)
-        target_layers = lambda layers: first_layers(target, layers)  # noqa: E731
-    resources = DraftResources(
-        target=target, vocab_size=_vocab_size(target), eos_token_ids=_eos_ids(target),
-        draft_model=(lambda: load_draft_model(name, spec, draft_dir, target_tokenizer, runtime, backend_tables,
-                                              target)) if kind.model else None,
-        target_layers=target_layers)
-    return kind.build(spec, resources)
-
-
-def _vocab_size(target) -> int:
-    return vocab_size_of(target) if isinstance(target, PreTrainedModel) else target.vocab_size  # a session's own
-
-
-def _eos_ids(target) -> frozenset[int]:
-    return eos_ids_of(target) if isinstance(target, PreTrainedModel) else frozenset(target.eos_token_ids)
 
 
 def _batch_invariant(target) -> bool:
