@@ -4,9 +4,11 @@ torch here, so that the workflow can check a config's runtime at start-up withou
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 LINEAR_KERNELS = ("invariant", "auto", "default", "weight_major", "avx2")
 WEIGHTS = ("safetensors", "gguf")
+SESSIONS = ("cached", "fixed")
 
 
 @dataclass(frozen=True)
@@ -25,13 +27,22 @@ class Runtime:
     weights: "safetensors" (the default) loads prepared model directories (fp32 or bf16 weights, above); "gguf" runs
     each model from its GGUF file's own quantized tensors on the lean forward (specdec/gguf/loading.py), CPU only,
     fp32 activations: dtype must stay float32, and linear_kernel does not apply (the quantized product and the lean
-    attention are order-fixed whatever it says)."""
+    attention are order-fixed whatever it says).
+
+    session: "cached" (the default) runs each Hugging Face model in a CachedLM (a growing KV cache, each pass as
+    many rows as it feeds); "fixed" in a FixedShapeLM (specdec/fixed_shape.py): every pass padded to session_rows
+    rows over a static KV cache with a mask, so a step and any verify pass run the same kernels in the same
+    reduction order with torch's own kernels, and on cuda each pass replays one CUDA graph. "fixed" needs weights
+    "safetensors" and, on the CPU, a linear_kernel other than "invariant" (whose native attention takes no mask;
+    off the CPU linear_kernel does not apply). session_rows: R, the rows of every fixed-shape pass."""
 
     dtype: str = "float32"
     device: str = "cpu"
     linear_kernel: str = "invariant"
     threads: int | None = None
     weights: str = "safetensors"
+    session: Literal["cached", "fixed"] = "cached"
+    session_rows: int = 16
 
     def __post_init__(self):
         if self.linear_kernel not in LINEAR_KERNELS:
@@ -43,3 +54,19 @@ class Runtime:
                              f"dtype must be 'float32', got {self.dtype!r}")
         if self.weights == "gguf" and self.device != "cpu":
             raise ValueError(f"runtime weights 'gguf' run on the CPU only, got device {self.device!r}")
+        self._check_session()
+
+    def _check_session(self) -> None:
+        if self.session not in SESSIONS:
+            raise ValueError(f"runtime session must be one of {SESSIONS}, got {self.session!r}")
+        rows = self.session_rows
+        if not isinstance(rows, int) or isinstance(rows, bool) or rows < 1:
+            raise ValueError(f"runtime session_rows must be a positive integer (the rows of every fixed-shape pass), "
+                             f"got {rows!r}")
+        if self.session == "fixed" and self.weights != "safetensors":
+            raise ValueError(f"runtime session 'fixed' runs Hugging Face models (weights 'safetensors'); weights "
+                             f"{self.weights!r} run on their own order-fixed session")
+        if self.session == "fixed" and self.linear_kernel == "invariant" and self.device == "cpu":
+            raise ValueError("runtime session 'fixed' is batch-invariant with torch's own kernels; on the CPU "
+                             "linear_kernel 'invariant' swaps in the native attention, which takes no mask: set "
+                             "linear_kernel (e.g. 'default')")
