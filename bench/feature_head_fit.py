@@ -34,7 +34,7 @@ def main() -> None:
     parser.add_argument("--head", default="resources/models/coder-head")
     parser.add_argument("--gguf", default="resources/gguf/qwen2.5-coder-1.5b-instruct.gguf")
     parser.add_argument("--train", default="resources/feature_head/prompts.parquet")
-    parser.add_argument("--evaluation", default="results/prompts/{domain}.parquet")
+    parser.add_argument("--evaluation", default="results/study/prompts/{domain}.parquet")
     parser.add_argument("--domains", nargs="+", default=["code", "factual"])
     parser.add_argument("--prompts", type=int, default=5)
     parser.add_argument("--tokens", type=int, default=32)

@@ -1,7 +1,7 @@
 """Do our engine and llama.cpp decode the same GGUF file to the same greedy text? (issue 25, item 4: llama.cpp's side)
 
-    python bench/llamacpp_agreement.py [--runs results/gguf/vs_llamacpp/runs] \
-        [--out results/gguf/tables/llamacpp_agreement.csv]
+    python bench/llamacpp_agreement.py [--runs results/study-gguf/vs_llamacpp/runs] \
+        [--out results/study-gguf/tables/llamacpp_agreement.csv]
 
 From the side-by-side job's runs (`vs_llamacpp`: both engines' plain greedy runs of the same prompt token ids):
 our tokens decoded to text by the target's tokenizer, llama.cpp's emitted pieces joined, compared character by
@@ -33,9 +33,9 @@ def agreeing_pieces(pieces: list[str], text: str) -> int:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--runs", default="results/gguf/vs_llamacpp/runs")
+    parser.add_argument("--runs", default="results/study-gguf/vs_llamacpp/runs")
     parser.add_argument("--tokenizer", default="resources/gguf/qwen2.5-coder-1.5b-instruct.tokenizer")
-    parser.add_argument("--out", default="results/gguf/tables/llamacpp_agreement.csv")
+    parser.add_argument("--out", default="results/study-gguf/tables/llamacpp_agreement.csv")
     args = parser.parse_args()
     from tokenizers import Tokenizer
 

@@ -324,7 +324,7 @@ def test_adding_a_k_a_draft_and_a_draft_kind_schedules_only_their_jobs(tiny_stud
 
 @ON_TINY_STUDY
 def test_a_one_domain_layer_decodes_only_that_domain(tiny_study):
-    """config/long-code.yaml's shape: one domain, a longer generation, its own results_dir."""
+    """experiments/long-code's shape: one domain, a longer generation, its own results_dir."""
     root, config = tiny_study
     layer = {"results_dir": "results/long", "domains": {"other": copy.deepcopy(config["domains"]["code"])},
              "decoding": {"domains": ["code"], "k": [2], "max_new_tokens": 9, "sampled": None}}
@@ -352,7 +352,7 @@ def test_a_layer_with_its_own_results_dir_reuses_the_heads_data_and_training(tin
 
 @ON_TINY_STUDY
 def test_a_machine_check_layer_adds_its_cells_to_the_study_machines(tiny_study):
-    """config/machine-check.yaml's shape: its own results_dir, the study's machines_dir, a sweep of a plain model
+    """experiments/machine-check's shape: its own results_dir, the study's machines_dir, a sweep of a plain model
     (a name under `models`, not `draft_kinds`) and of a defined draft. Its per-machine tables go next to the study's
     fit; it reuses the study's profiles and profiles only the model the study never ran."""
     root, config = tiny_study
@@ -464,7 +464,7 @@ def test_invalid_config_is_refused_naming_the_key(tmp_path, mutate, message):
 
 
 def test_a_layer_drops_a_sweep_override_with_null(tmp_path):
-    """config/feature-head.yaml sweeps other drafts than config.yaml, whose per_draft names one it does not sweep."""
+    """experiments/feature-head sweeps other drafts than config.yaml, whose per_draft names one it does not sweep."""
     config = build_tiny_study(tmp_path)
     config["draft_sweep"] = {"drafts": ["tiny-draft0"],
                              "per_draft": {"lookup": None, "tiny-draft0": {"domains": ["code"]}}}

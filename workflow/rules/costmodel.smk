@@ -198,8 +198,8 @@ rule machines:
 
 
 # `snakemake --cores 2 machine`: this machine's profiles and fit, then the verdict across machines. A named target
-# because results/tables/machines.csv is committed: asked for by name, Snakemake keeps an existing output whose inputs
-# are missing (it takes them for deleted temporary files) and would not fit a new machine.
+# because results/study/tables/machines.csv is committed: asked for by name, Snakemake keeps an existing output whose
+# inputs are missing (it takes them for deleted temporary files) and would not fit a new machine.
 rule machine:
     input:
         machine_fit_files(),

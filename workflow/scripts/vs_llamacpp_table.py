@@ -1,4 +1,4 @@
-"""Snakemake script: the side-by-side runs of every domain -> results/gguf/tables/vs_llamacpp.csv (ratios to
+"""Snakemake script: the side-by-side runs of every domain -> {results_dir}/tables/vs_llamacpp.csv (ratios to
 llama.cpp plain with bootstrap intervals, per engine, draft, domain and k; printed to the log as the benchmark
 command `python -m specdec.study.peers.vs_llamacpp` prints them) and its provenance (machine, our kernel and build,
 llama.cpp's build manifest, the GGUF files' checksums, the settings)."""

@@ -212,7 +212,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     import argparse
 
     parser = argparse.ArgumentParser(description=main.__doc__)
-    parser.add_argument("table", nargs="?", default="results/gguf/tables/vs_llamacpp.csv")
+    parser.add_argument("table", nargs="?", default="results/study-gguf/tables/vs_llamacpp.csv")
     args = parser.parse_args(argv)
     path = Path(args.table)
     if not path.exists():
