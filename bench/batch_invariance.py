@@ -2,16 +2,16 @@
 positions (issue 26: the batch-invariant default), for each runtime.linear_kernel asked for.
 
     python bench/batch_invariance.py --model resources/models/qwen2.5-coder-1.5b-instruct \
-        --kernels invariant auto --prompts 3 --tokens 32 --out results/tables/batch_invariance.csv
+        --kernels invariant auto --prompts 3 --tokens 32 --out results/study/tables/batch_invariance.csv
     python bench/batch_invariance.py --gguf resources/gguf/qwen2.5-coder-1.5b-instruct.gguf \
-        --prompts-dir results/gguf/prompts --out results/gguf/tables/batch_invariance.csv
+        --prompts-dir results/study-gguf/prompts --out results/study-gguf/tables/batch_invariance.csv
 
 With --gguf the file runs on the lean engine once per quantized product kernel this CPU has (--kernels names them;
 default: all) on the file's row layout, and once more in the layout models load with where that is another (Q4_K
 and Q6_K in groups of 16 rows on AVX-512: "avx512-vnni-r16"); each run's one-token steps are also compared with the
 first kernel's (`identical_to_first_kernel`: the kernels and layouts claim the same bits).
 
-Per prompt of each domain (results/prompts/{domain}.parquet): the prompt pass, then `--tokens` greedy one-token
+Per prompt of each domain (results/study/prompts/{domain}.parquet): the prompt pass, then `--tokens` greedy one-token
 steps (the reference rows); then, for each m, the same tokens fed in passes of m after the same prompt pass, every
 row compared with the step's. Not a timing: it may share the machine."""
 
@@ -62,11 +62,11 @@ def main() -> None:
                         help="linear kernels (default invariant auto), or with --gguf product kernels (default all)")
     parser.add_argument("--domains", nargs="+", default=["code", "factual", "prose", "dialogue"])
     parser.add_argument("--prompts", type=int, default=3)
-    parser.add_argument("--prompts-dir", default="results/prompts")
+    parser.add_argument("--prompts-dir", default="results/study/prompts")
     parser.add_argument("--tokens", type=int, default=32)
     parser.add_argument("--m", nargs="+", type=int, default=[2, 3, 5, 9, 16])
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--out", default="results/tables/batch_invariance.csv")
+    parser.add_argument("--out", default="results/study/tables/batch_invariance.csv")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     if args.gguf:

@@ -2,10 +2,11 @@
 several dtypes (or the bf16 model with its products chosen the old way), in one process, interleaved (see
 specdec/study/decoding/ab.py). Greedy.
 
-    python bench/draft_ab.py --prompts results/prompts/code.parquet --count 3 --k 4 8 \
-        --variants float32 bfloat16 --out results/tables/draft_dtype_ab.csv
+    python bench/draft_ab.py --prompts results/study/prompts/code.parquet --count 3 --k 4 8 \
+        --variants float32 bfloat16 --out results/study/tables/draft_dtype_ab.csv
 
-Needs the prepared models (snakemake --cores 2 resources/models/<name>) and prompts (results/prompts/<domain>.parquet).
+Needs the prepared models (snakemake --cores 2 resources/models/<name>) and prompts
+(results/study/prompts/<domain>.parquet).
 """
 
 import argparse

@@ -1,6 +1,6 @@
 """What does one draft step of a feature head cost, against one target step? (issue 27: c <= 0.10)
 
-    python bench/feature_head_cost.py --out results/tables/feature_head_cost.csv [--vocab 32768] [--rounds 30]
+    python bench/feature_head_cost.py --out results/study/tables/feature_head_cost.csv [--vocab 32768] [--rounds 30]
 
 The cost of a head does not depend on its training, so an untrained head of the real target's shape is timed: per
 round, interleaved, one target one-token step (on a context of --context tokens) and one head draft step (one
@@ -60,7 +60,7 @@ def main() -> None:
     parser.add_argument("--context", type=int, default=256)
     parser.add_argument("--rounds", type=int, default=30)
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--out", default="results/tables/feature_head_cost.csv")
+    parser.add_argument("--out", default="results/study/tables/feature_head_cost.csv")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     context = torch.randint(1000, 20000, (args.context + 1,), generator=torch.Generator().manual_seed(0)).tolist()

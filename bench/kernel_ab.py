@@ -5,11 +5,13 @@ is time. Prints, per kernel and method, generation tokens/s (after the prompt pa
 them), the median speedup of that phase over the same kernel's plain decoding and over the first kernel's plain
 decoding (bootstrap 95% intervals), the prompt pass's time, acceptance and tokens per pass.
 
-    python bench/kernel_ab.py --prompts results/gguf/prompts/code.parquet --count 5 --kernels avx512-vnni amx \
-        --drafts model:2 model:4 lookup:4 --max-new-tokens 128 --out results/gguf-xeon/tables/kernel_ab.csv
+    python bench/kernel_ab.py --prompts results/study-gguf/prompts/code.parquet --count 5 --kernels avx512-vnni amx \
+        --drafts model:2 model:4 lookup:4 --max-new-tokens 128 \
+        --out results/experiments/vs-llamacpp-amx/<machine id>/tables/kernel_ab.csv
 
 Needs the GGUF files (snakemake --cores 2 --configfile config/gguf.yaml resources/gguf/<name>.gguf) and the prompts
-(snakemake --cores 2 --configfile config/gguf.yaml results/gguf/prompts/code.parquet). Run it alone on the machine.
+(snakemake --cores 2 --configfile config/gguf.yaml results/study-gguf/prompts/code.parquet). Run it alone on the
+machine.
 """
 
 from __future__ import annotations
@@ -84,7 +86,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--target", default="resources/gguf/qwen2.5-coder-1.5b-instruct.gguf")
     parser.add_argument("--draft", default="resources/gguf/qwen2.5-coder-0.5b-instruct.gguf")
-    parser.add_argument("--prompts", default="results/gguf/prompts/code.parquet")
+    parser.add_argument("--prompts", default="results/study-gguf/prompts/code.parquet")
     parser.add_argument("--count", type=int, default=5)
     parser.add_argument("--kernels", nargs="+", default=None, help="product kernels (default: every one this CPU runs)")
     parser.add_argument("--drafts", nargs="+", type=parse_draft, default=[("model", 2), ("model", 4)],

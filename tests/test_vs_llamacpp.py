@@ -7,6 +7,7 @@ made once and replayed (once_each), so the stand-in's rate is the very run's rat
 must come out at that factor exactly: no ratio of two wall-clock runs is asserted."""
 
 import math
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -198,9 +199,10 @@ def test_settings_fill_defaults_and_match_the_schema():
         "llamacpp"]
 
 
-def _dry_run(*args):
+def _dry_run(*args, env=None):
     return subprocess.run([sys.executable, "-m", "snakemake", "--dry-run", "--forceall", "--nolock", "--cores", "2",
-                           *args], cwd=REPO, capture_output=True, text=True, timeout=600)
+                           *args], cwd=REPO, capture_output=True, text=True, timeout=600,
+                          env=None if env is None else {**os.environ, **env})
 
 
 def test_the_workflow_plans_one_job_per_domain_on_the_gguf_files_and_refuses_the_fp32_regime():
@@ -213,17 +215,20 @@ def test_the_workflow_plans_one_job_per_domain_on_the_gguf_files_and_refuses_the
         assert "resources/gguf/qwen2.5-coder-1.5b-instruct.gguf" in job  # the target's file, for both engines
         assert "resources/gguf/qwen2.5-coder-0.5b-instruct.gguf" in job and "resources/llamacpp/" in job
         assert "resources/models/" not in job
-    assert "results/gguf/tables/vs_llamacpp.csv" in output
+    assert "results/study-gguf/tables/vs_llamacpp.csv" in output
     fp32 = _dry_run("--", "vs_llamacpp")
     assert fp32.returncode != 0 and "runtime.weights 'gguf'" in fp32.stdout + fp32.stderr
 
 
 def test_a_feature_head_in_the_side_by_side_job_gets_its_trained_heads_directory():
-    """A draft whose model is of its own kind (the Q8_0 head behind lookup, config/gguf-zen5-head.yaml) runs from the
-    directory of the head it drafts with, not from a GGUF file: the job's inputs name it (without it the job stopped
-    at its first draft with 'needs its model directory')."""
-    result = _dry_run("--configfile", "config/gguf.yaml", "config/gguf-zen5-head.yaml", "--",
-                      "results/gguf-zen5-head/vs_llamacpp/runs/code.parquet")
+    """A draft whose model is of its own kind (the Q8_0 head behind lookup, experiments/feature-head-vs-llamacpp)
+    runs from the directory of the head it drafts with, not from a GGUF file: the job's inputs name it (without it
+    the job stopped at its first draft with 'needs its model directory'). The layer's results_dir names {machine}:
+    its runs land in the machine's own directory."""
+    result = _dry_run("--configfile", "config/gguf.yaml", "config/heads.yaml",
+                      "experiments/feature-head-vs-llamacpp/config.yaml", "--",
+                      "results/experiments/feature-head-vs-llamacpp/a-test-machine/vs_llamacpp/runs/code.parquet",
+                      env={"SPECDEC_MACHINE": "a-test-machine"})
     output = result.stdout + result.stderr
     assert result.returncode == 0, output[-4000:]
     job = output.split("rule vs_llamacpp_run:")[1].split("\n\n")[0]
