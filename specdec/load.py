@@ -8,8 +8,8 @@ target and, where the kind loads one, a model: a prepared directory, a GGUF file
 trained feature head). `check_model` and `check_same_vocabularies` read no weights, so that a caller can refuse a
 pair before anything heavy loads.
 
-Engine code: it imports neither pandas nor the study, and nothing heavy at import (the command line's --help reads
-`GGUF_SUFFIX` here): the engines load on first use.
+Engine code: it imports neither pandas nor the study, and nothing heavy at import (the command line checks its
+arguments with it before torch loads): the engines are imported on first use.
 """
 
 from __future__ import annotations
@@ -32,8 +32,9 @@ def weights_of(path: str | os.PathLike) -> str:
 
 @dataclass(frozen=True)
 class ModelInfo:
-    """What a model's path says before its weights are read: its regime, its decoder layers, the longest sequence it
-    takes (a GGUF file's context length; None where the directory does not say) and, for a GGUF file, its header."""
+    """What a model's path says before its weights are read: its regime, its decoder layers (0 where it does not
+    say), the longest sequence it takes (a GGUF file's context length; None for a directory) and, for a GGUF file,
+    its header."""
 
     path: str
     weights: str
