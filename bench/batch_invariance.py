@@ -27,7 +27,8 @@ import pandas as pd
 import torch
 
 from specdec.lm import CachedLM
-from specdec.fp32.loading import Runtime, load_for_decoding
+from specdec.fp32.loading import load_for_decoding
+from specdec.runtime import Runtime
 from specdec.study.io import write_csv
 
 

@@ -16,10 +16,11 @@ from pathlib import Path
 import pandas as pd
 
 from specdec.fp32.kernels import BF16_MAX_ROWS, RowAdaptiveBf16Linear
-from specdec.fp32.loading import Runtime, load_for_decoding
+from specdec.fp32.loading import load_for_decoding
+from specdec.load import make_draft
+from specdec.runtime import Runtime
 from specdec.study.decoding.ab import draft_ab_table, run_draft_ab
 from specdec.study.io import write_csv
-from specdec.study.decoding.jobs import make_draft
 
 
 def fix_bf16_products(proposer) -> None:

@@ -23,7 +23,8 @@ from specdec.drafts.feature_head import FeatureHeadDraft, untrained_head
 from specdec.gguf.loading import load_gguf_for_decoding
 from specdec.fp32.kernels import linear_backends
 from specdec.lm import CachedLM
-from specdec.fp32.loading import Runtime, load_for_decoding
+from specdec.fp32.loading import load_for_decoding
+from specdec.runtime import Runtime
 from specdec.sampling import SamplingConfig
 from specdec.study.io import write_csv
 from specdec.study.machine import machine_record

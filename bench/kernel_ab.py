@@ -28,10 +28,10 @@ import yaml
 from specdec.gguf import quant
 from specdec.decode import generate_baseline, generate_speculative
 from specdec.fp32.kernels import kernel_build
-from specdec.fp32.loading import Runtime
+from specdec.load import load_target, make_draft
+from specdec.runtime import Runtime
 from specdec.study.decoding.interleave import run_interleaved
 from specdec.study.io import write_csv
-from specdec.study.decoding.jobs import load_target, make_draft
 from specdec.study.machine import machine_record
 from specdec.study.provenance import model_record, versions
 from specdec.study.stats import bootstrap_median_interval

@@ -18,8 +18,8 @@ import torch
 
 from specdec.gguf import quant
 from specdec.gguf.loading import load_gguf_for_decoding
-from specdec.fp32.loading import Runtime
-from specdec.study.decoding.jobs import make_draft
+from specdec.load import make_draft
+from specdec.runtime import Runtime
 from specdec.study.peers.vs_llamacpp import (LLAMACPP, PLAIN, SPECDEC, TABLE_COLUMNS, Method, format_ratios,
                                        generation_rate, llamacpp_row, methods_for, ours_runner, side_by_side_job,
                                        summarize)
