@@ -1,7 +1,7 @@
 # SpecDec: exact speculative decoding, verified and measured.
 #   snakemake --cores 2                                  the study (config.yaml)
 #   snakemake --cores 2 --configfile config/quick.yaml   the same DAG, small grid, its own results folder
-#   named targets: sweep, peers, reproduce, llamacpp, roofline (see README and config/README.md)
+#   named targets: sweep, peers, reproduce, llamacpp, roofline, bench (see README, config/README.md, bench/README.md)
 from snakemake.utils import min_version, validate
 
 min_version("9.0")
@@ -30,6 +30,7 @@ include: "workflow/rules/feature_head.smk"
 include: "workflow/rules/peers.smk"
 include: "workflow/rules/reproduce.smk"
 include: "workflow/rules/llamacpp.smk"
+include: "workflow/rules/bench.smk"
 
 
 rule all:

@@ -76,7 +76,7 @@ def simulate(prompt, generated, draft_argmax, draft_confidence, lookup, min_conf
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--domains", nargs="+", default=["code", "dialogue"])
-    parser.add_argument("--results", default="results")
+    parser.add_argument("--results", default="results/study")
     parser.add_argument("--draft", default="resources/models/qwen2.5-coder-0.5b-instruct")
     parser.add_argument("--target", default="qwen2.5-coder-1.5b-instruct")
     parser.add_argument("--run", default="runs/greedy/coder-0.5b-hybrid/{domain}/k4/seed0/sequences.parquet")

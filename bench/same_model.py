@@ -1,7 +1,7 @@
 """Is the quantized engine the same model? Next-token agreement between the GGUF engine (specdec.gguf.lean, 8-bit
 activations per block) and the fp32 engine on the same GGUF file's dequantised weights (issue 25, item 4).
 
-    python bench/same_model.py --out results/gguf/tables/same_model.csv [--prompts 5] [--tokens 32]
+    python bench/same_model.py --out results/study-gguf/tables/same_model.csv [--prompts 5] [--tokens 32]
 
 Per prompt of each domain: the fp32 engine's greedy continuation; then both engines score prompt + continuation in
 one pass (teacher forcing) and, at every continuation position, we compare the next-token distributions: top-1
@@ -17,7 +17,8 @@ import torch
 
 from specdec.gguf.lean import LeanLM
 from specdec.lm import CachedLM
-from specdec.fp32.loading import Runtime, load_for_decoding
+from specdec.fp32.loading import load_for_decoding
+from specdec.runtime import Runtime
 from specdec.study.io import write_csv
 
 
@@ -35,15 +36,16 @@ def main() -> None:
     parser.add_argument("--model", default="qwen2.5-coder-1.5b-instruct")
     parser.add_argument("--domains", nargs="+", default=["code", "factual", "prose", "dialogue"])
     parser.add_argument("--prompts", type=int, default=5)
+    parser.add_argument("--prompts-dir", default="results/study-gguf/prompts", help="where {domain}.parquet lie")
     parser.add_argument("--tokens", type=int, default=32)
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--out", default="results/gguf/tables/same_model.csv")
+    parser.add_argument("--out", default="results/study-gguf/tables/same_model.csv")
     args = parser.parse_args()
     fp32, _ = load_for_decoding(f"resources/models/{args.model}", Runtime(threads=args.threads))
     reference, quantized = CachedLM(fp32), LeanLM(f"resources/gguf/{args.model}.gguf")
     rows = []
     for domain in args.domains:
-        prompts = pd.read_parquet(f"results/prompts/{domain}.parquet").head(args.prompts)
+        prompts = pd.read_parquet(f"{args.prompts_dir}/{domain}.parquet").head(args.prompts)
         for prompt_id, ids in zip(prompts["prompt_id"], prompts["input_ids"]):
             prompt = [int(t) for t in ids]
             tokens = prompt + continuation(reference, prompt, args.tokens)
