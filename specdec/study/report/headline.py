@@ -79,8 +79,8 @@ def study_speedups(study: Path) -> dict[str, str]:
 
 
 def headline(results: Path = Path("results")) -> str:
-    lines = ["| CPU type | our plain / llama.cpp plain | our best speculative / llama.cpp plain: code | "
-             "other domains |", "|---|---|---|---|"]
+    header = "| CPU type | our plain / llama.cpp plain | our best speculative / llama.cpp plain: code | other domains |"
+    lines = [header, "|---|---|---|---|"]
     lines += [f"| {r['cpu']} | {r['plain']} | {r['code']} | {r['others']} |"
               for r in llamacpp_rows(side_by_side_runs(results))]
     speedups = study_speedups(results / "study" / "tables" / "study.csv")
