@@ -120,6 +120,12 @@ def _build_parser() -> argparse.ArgumentParser:
                           "per weight shape and row count, timed at load: ~20 s for the 1.5B; not batch-invariant), "
                           "avx2, weight_major, or default (torch's nn.Linear); see docs/performance.md. GGUF files "
                           "always run the order-fixed quantized kernel")
+    gen.add_argument("--session", choices=("cached", "fixed"), default=None,
+                     help="model directories: cached (the default; a growing KV cache) or fixed (every pass padded "
+                          "to --session-rows rows over a static cache: a step and any verify pass the same bits with "
+                          "torch's own kernels, CUDA graphs on cuda; needs --linear-kernel default on the CPU)")
+    gen.add_argument("--session-rows", type=int, default=None, metavar="R",
+                     help="rows of every fixed-shape pass (default 16)")
     gen.add_argument("--baseline", action="store_true",
                      help="also run plain decoding: report the speedup and, at temperature 0, check greedy identity")
     return parser
@@ -141,7 +147,8 @@ def _validate(args: argparse.Namespace) -> None:
     if args.draft_layers is not None and args.draft_layers < 1:
         raise UsageError(f"--draft-layers must be >= 1, got {args.draft_layers}")
     if _is_gguf(args.target):
-        given = [f"--{name.replace('_', '-')}" for name in ("dtype", "draft_dtype", "linear_kernel")
+        given = [f"--{name.replace('_', '-')}" for name in ("dtype", "draft_dtype", "linear_kernel", "session",
+                                                             "session_rows")
                  if getattr(args, name) is not None]
         if given:
             raise UsageError(f"{', '.join(given)}: not for GGUF files, which run their own tensor types on the "
@@ -319,10 +326,20 @@ def _load_directories(args: argparse.Namespace, spec: dict | None):
     from specdec.runtime import Runtime
 
     target_info = _check_pair(args, spec)
-    runtime = Runtime(dtype=args.dtype or "float32", device=args.device,
-                      linear_kernel=args.linear_kernel or "invariant")
-    target, tok = _load_target(args, runtime, target_info)
-    input_ids = _prompt_ids(args, tok)
+    try:
+        runtime = Runtime(dtype=args.dtype or "float32", device=args.device,
+                          linear_kernel=args.linear_kernel or "invariant", session=args.session or "cached",
+                          session_rows=16 if args.session_rows is None else args.session_rows)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    if runtime.session == "fixed":  # a static cache as long as this sequence can get: the prompt first
+        from specdec.load import load_tokenizer
+
+        input_ids = _prompt_ids(args, load_tokenizer(args.target))
+        target, tok = _load_target(args, runtime, target_info, input_ids.shape[1] + args.max_new_tokens + 1)
+    else:
+        target, tok = _load_target(args, runtime, target_info)
+        input_ids = _prompt_ids(args, tok)
     return target, _make_draft(args, spec, target, tok, runtime), tok, input_ids
 
 
@@ -384,6 +401,7 @@ def _generate(args: argparse.Namespace) -> int:
         "mode": "speculative" if draft is not None else "baseline",
         "draft": spec,
         "weights": "gguf" if _is_gguf(args.target) else "safetensors",
+        "session": getattr(target, "describe", lambda: {"kind": type(target).__name__})(),  # what ran the target
         "k": args.k if draft is not None else None,
         "prompt_tokens": int(input_ids.shape[1]),
         **{key: _finite(value) for key, value in summary.items()},

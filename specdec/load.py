@@ -95,14 +95,20 @@ def draft_runtime(spec: Mapping, runtime: Runtime) -> Runtime:
 def load_target(path, runtime: Runtime, backend_tables: dict | None = None, max_length: int | None = None):
     """The target as a decoding job runs it, per runtime.weights: (a prepared model, its tokenizer) from a model
     directory, or (a LeanLM session, the file's vocabulary) from a GGUF file (max_length: its KV cache's positions;
-    backend tables do not apply there)."""
+    backend tables do not apply there). With runtime.session "fixed" the model comes in its FixedShapeLM (a static
+    cache of max_length positions, every pass runtime.session_rows rows: specdec/fixed_shape.py)."""
     if runtime.weights == "gguf":
         from specdec.gguf.loading import load_gguf_for_decoding
 
         return load_gguf_for_decoding(path, runtime, max_length=max_length)
     from specdec.fp32.loading import load_for_decoding
 
-    return load_for_decoding(path, runtime, backend_tables)
+    model, tokenizer = load_for_decoding(path, runtime, backend_tables)
+    if runtime.session == "fixed":
+        from specdec.fixed_shape import session_for
+
+        return session_for(model, runtime, max_length=max_length), tokenizer
+    return model, tokenizer
 
 
 def load_draft_model(name: str, spec: Mapping, draft_dir, target_tokenizer, runtime: Runtime,
@@ -153,18 +159,37 @@ def make_draft(name: str, spec: Mapping, target, target_tokenizer, draft_dir, ru
     here (registry.check_spec: the study's config check and the command line do it first)."""
     kind = get_kind(spec["kind"], f"draft {name!r}: kind")
     target_layers = None
+    load = lambda: load_draft_model(name, spec, draft_dir, target_tokenizer, runtime, backend_tables, target)  # noqa: E731
     if runtime.weights == "gguf":
         from specdec.drafts.registry import gguf_draft_source
         from specdec.gguf.loading import first_layers
 
         gguf_draft_source(name, spec)
         target_layers = lambda layers: first_layers(target, layers)  # noqa: E731
-    resources = DraftResources(
-        target=target, vocab_size=_vocab_size(target), eos_token_ids=_eos_ids(target),
-        draft_model=(lambda: load_draft_model(name, spec, draft_dir, target_tokenizer, runtime, backend_tables,
-                                              target)) if kind.model else None,
-        target_layers=target_layers)
+    elif runtime.session == "fixed":  # a draft's model, and the target's own first layers, in fixed-shape sessions too
+        target_layers, load = _fixed_shape_drafts(target, runtime, load)
+    resources = DraftResources(target=target, vocab_size=_vocab_size(target), eos_token_ids=_eos_ids(target),
+                               draft_model=load if kind.model else None, target_layers=target_layers)
     return kind.build(spec, resources)
+
+
+def _fixed_shape_drafts(target, runtime: Runtime, load):
+    """With runtime.session "fixed": (n -> a session over the target's first n layers, a loader that puts a draft's
+    Hugging Face model in a session of the target's rows and cache length), so a draft's passes are fixed-shape too
+    (a model of its own kind, a feature head, comes back as it is)."""
+    from transformers import PreTrainedModel
+
+    from specdec.fixed_shape import FixedShapeLM, session_for, target_layer_sessions
+
+    if not isinstance(target, FixedShapeLM):
+        raise TypeError(f"runtime session 'fixed' drafts for a FixedShapeLM target (load_target's), got "
+                        f"{type(target).__name__}")
+
+    def load_in_session():
+        model = load()
+        return session_for(model, runtime, max_length=target.max_length) if isinstance(model, PreTrainedModel) else model
+
+    return target_layer_sessions(target.model, runtime, max_length=target.max_length), load_in_session
 
 
 def _vocab_size(target) -> int:

@@ -292,6 +292,29 @@ def test_every_kind_runs_from_the_command_line_equal_to_greedy(dirs, own_dirs, c
     assert out["drafted"] > 0  # and it proposed
 
 
+@pytest.mark.parametrize("kind_name", KINDS)
+def test_every_kind_runs_in_fixed_shape_sessions_equal_to_greedy(dirs, own_dirs, capsys, kind_name):
+    """--session fixed (issue 48): the target, a draft's model and the target's own first layers in FixedShapeLMs
+    (every pass 4 rows here, so a k-3 verify pass fills one); greedy identity for every kind."""
+    spec = _kind_spec(kind_name, dirs["draft"])
+    args = _kind_args(dirs["target"], *_kind_options(spec, dirs["draft"], own_dirs), "--session", "fixed",
+                      "--session-rows", "4", "--linear-kernel", "default")
+    assert main(args) == 0, capsys.readouterr().err
+    out = json.loads(capsys.readouterr().out)
+    assert out["draft"] == spec and out["greedy_identical"] is True and out["tokens"] == out["baseline_tokens"]
+    assert out["drafted"] > 0 and out["session"]["kind"] == "fixed" and out["session"]["rows"] == 4
+
+
+@pytest.mark.parametrize("options, message", [
+    (["--session", "fixed"], "linear_kernel 'invariant' swaps in the native attention"),  # the CPU default kernel
+    (["--session", "fixed", "--linear-kernel", "default", "--session-rows", "0"], "session_rows must be a positive"),
+])
+def test_a_fixed_session_that_cannot_work_is_refused_in_one_line(dirs, capsys, options, message):
+    assert main(_kind_args(dirs["target"], *options)) == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1
+
+
 def test_help_lists_every_registered_kind_without_importing_torch(capsys):
     code = ("import json, sys\nfrom specdec.cli import main\nfrom specdec.drafts import kind_names\n"
             "code = main(['generate', '--help'])\n"

@@ -518,7 +518,12 @@ def test_cuda_device_requests_a_gpu_for_decode_jobs(fresh_study, tmp_path):
     root, config = fresh_study
     cuda = copy.deepcopy(config)
     cuda["runtime"]["device"] = "cuda"
-    result = snakemake(root, "--dry-run", "--cores", "1", configfile=write_config(tmp_path / "cuda.yaml", cuda))
+    layer = write_config(tmp_path / "cuda.yaml", cuda)
+    if not __import__("torch").cuda.is_available():  # the machine is the GPU: none here, a clear refusal
+        refused = snakemake(root, "--dry-run", "--cores", "1", configfile=layer)
+        assert refused.returncode != 0 and "config key 'runtime.device'" in refused.stdout + refused.stderr
+    result = snakemake(root, "--dry-run", "--cores", "1", configfile=layer,
+                       env={"SPECDEC_MACHINE": "nvidia-h200-cuda13.0-torch2.11.0"})
     assert result.returncode == 0, result.stderr[-3000:]
     decode_jobs = _job_blocks(result.stdout, "decode")
     assert decode_jobs and all("gpu=1" in b for b in decode_jobs)
@@ -793,6 +798,41 @@ def test_every_layers_commands_make_a_valid_config_and_plan(layer, args):
         overrides = itertools.takewhile(lambda a: not a.startswith("-"), args[args.index("--config") + 1:])
         update_config(config, dict(item.split("=", 1) for item in overrides))
     validate_config(config, SCHEMA)
+    # a GPU layer's machine is its GPU: named here where torch sees none (a GPU's id, as machine_id spells one)
+    gpu = {"SPECDEC_MACHINE": "nvidia-h200-cuda13.0-torch2.11.0"} if config["runtime"].get("device") == "cuda" else {}
     result = subprocess.run([sys.executable, "-m", "snakemake", "--dry-run", "--forceall", "--nolock", *args],
-                            cwd=REPO, capture_output=True, text=True, timeout=600)
+                            cwd=REPO, capture_output=True, text=True, timeout=600, env=dict(os.environ, **gpu))
     assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
+
+
+def test_the_machine_target_on_random_weights_needs_no_weights(tmp_path):
+    """profiling.weights random (config/random-weights.yaml; a lent GPU where the weights cannot travel): the machine
+    target profiles random weights of each model's architecture and fits them like any machine, never preparing a
+    model; a profiled model without an architecture is refused at planning, naming the key."""
+    config = build_tiny_study(tmp_path)
+    fields = ("model_type", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+              "num_key_value_heads", "vocab_size", "tie_word_embeddings")
+    architectures = {}
+    for name, spec in config["models"].items():
+        own = json.loads((Path(spec["path"]) / "config.json").read_text())
+        architectures[name] = {k: v for k, v in own.items() if k in fields}
+    architectures["tiny-draft0"]["num_hidden_layers"] = 1  # a shape of its own: the profile must follow it
+    layer = {"runtime": {"linear_kernel": "default"}, "profiling": {"weights": "random", "repeats": 2}}
+    machine = {"SPECDEC_MACHINE": "random-weights-machine"}
+    missing = {**layer, "profiling": {**layer["profiling"], "architectures": {
+        k: v for k, v in architectures.items() if k != "tiny-draft0"}}}
+    refused = snakemake(tmp_path, "--dry-run", "--cores", "1", "--", "machine", env=machine,
+                        configfile=write_config(tmp_path / "random.yaml", {**config, **missing}))
+    assert refused.returncode != 0 and "profiling.architectures.tiny-draft0" in refused.stdout + refused.stderr
+    layer["profiling"]["architectures"] = architectures
+    result = snakemake(tmp_path, "--cores", "1", "--", "machine", env=machine,
+                       configfile=write_config(tmp_path / "random.yaml", {**config, **layer}))
+    assert result.returncode == 0, result.stderr[-3000:]
+    fit = tmp_path / "results/machines/random-weights-machine/default"
+    assert {"costmodel_terms.csv", "fitted_drafts_c.csv", "shapes.csv", "bandwidth.json"} <= {
+        p.name for p in fit.iterdir()}
+    shapes = pd.read_csv(fit / "shapes.csv").set_index("model")
+    for name, architecture in architectures.items():  # the profiles timed the architectures asked for
+        assert shapes.loc[name, "n_layers"] == architecture["num_hidden_layers"], name
+        assert shapes.loc[name, "hidden_size"] == architecture["hidden_size"], name
+    assert not (tmp_path / "resources/models").exists()  # no model was prepared

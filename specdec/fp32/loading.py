@@ -71,10 +71,17 @@ def load_for_decoding(model_dir, runtime: Runtime, backend_tables: dict[str, dic
         raise ValueError(f"load_for_decoding loads prepared safetensors directories; runtime weights "
                          f"{runtime.weights!r} load through specdec.gguf.loading.load_gguf_for_decoding")
     model, tokenizer = load_model(model_dir, dtype=runtime.dtype, device=runtime.device)
+    return prepare_for_decoding(model, runtime, backend_tables, log), tokenizer
+
+
+def prepare_for_decoding(model, runtime: Runtime, backend_tables: dict[str, dict[int, str]] | None = None,
+                         log=lambda _: None):
+    """A loaded model's linear layers and attention set up per runtime.linear_kernel (load_for_decoding's, also
+    for a model of random weights that a profile times in place of weights the machine does not have)."""
     if runtime.device != "cpu" or runtime.linear_kernel == "default":
-        return model, tokenizer
+        return model
     if runtime.linear_kernel == "invariant":
-        return use_invariant_kernels(model, backend_tables if runtime.dtype == "bfloat16" else None), tokenizer
+        return use_invariant_kernels(model, backend_tables if runtime.dtype == "bfloat16" else None)
     if runtime.dtype == "bfloat16":
         # few rows read the bf16 weights (torch's product or the AVX2 kernel), many rows (a prompt pass) run on an
         # fp32 copy of the same values or torch's bf16 product; with "auto" as measured per shape and row count
@@ -84,15 +91,15 @@ def load_for_decoding(model_dir, runtime: Runtime, backend_tables: dict[str, dic
                 apply_bf16_tables(model, backend_tables)
             else:
                 tune_row_adaptive_bf16(model, log=log)
-        return model, tokenizer
+        return model
     if runtime.linear_kernel == "auto":
         if backend_tables is None:
             backend_tables = fastest_backends(time_backends(model, log=log))
-        return use_backends(model, "linear", backend_tables), tokenizer
+        return use_backends(model, "linear", backend_tables)
     if runtime.linear_kernel not in available_backends():
         raise RuntimeError(f"linear kernel {runtime.linear_kernel!r} is not available on this machine "
                            f"(available: {available_backends()}); use 'auto'")
-    return use_backends(model, runtime.linear_kernel), tokenizer
+    return use_backends(model, runtime.linear_kernel)
 
 
 def check_same_vocabulary(tok_a, tok_b, name_a: str, name_b: str) -> None:

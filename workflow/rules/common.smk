@@ -51,8 +51,12 @@ if stale_native_modules():
     raise WorkflowError(f"specdec's native module(s) {stale_native_modules()} were built from another version of "
                         "their source (an editable install does not rebuild them): run `pip install -e .` again")
 # Profiles and fits are kept per machine and engine kernel: a run on another machine adds its own directory.
-# SPECDEC_MACHINE names the machine instead (e.g. a cluster's node type, or a test's second machine).
-MACHINE = os.environ.get("SPECDEC_MACHINE") or machine_id(threads=THREADS)
+# SPECDEC_MACHINE names the machine instead (e.g. a cluster's node type, or a test's second machine). On a GPU
+# (runtime.device cuda) the GPU is the machine (its name, CUDA, torch).
+try:
+    MACHINE = os.environ.get("SPECDEC_MACHINE") or machine_id(threads=THREADS, device=RUNTIME["device"])
+except RuntimeError as e:  # runtime.device cuda where torch sees no GPU
+    raise WorkflowError(f"config key 'runtime.device': {e} (SPECDEC_MACHINE=<gpu id> plans the DAG without one)")
 PLAN = StudyPlan.for_run(config, machine=MACHINE, kernel_build=kernel_build())
 # Where a run writes (RunPaths): its results_dir ("{machine}" in it: the machine id, one directory per CPU type),
 # logs/<results_dir>/ and benchmarks/<results_dir>/, so runs never overwrite each other; models and downloads

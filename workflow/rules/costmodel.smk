@@ -46,10 +46,11 @@ FIT_MODELS = profiled_models(config["drafts"])
 
 rule profile_fit_models:
     input:
-        # prepared model directories, or in the gguf regime GGUF files (each read once: a cut shares its file)
-        models=[profiled_source(name)[0] for name in FIT_MODELS],
+        # prepared model directories, or in the gguf regime GGUF files (each read once: a cut shares its file);
+        # none with profiling.weights random (random weights of each model's architecture)
+        models=[source for source in (profiled_source(name)[0] for name in FIT_MODELS) if source],
         kernels=[kernel_table(name, RUNTIME["dtype"]) for name in FIT_MODELS]
-        if RUNTIME["linear_kernel"] in TIMED_KERNELS and not GGUF else [],
+        if RUNTIME["linear_kernel"] in TIMED_KERNELS and not GGUF and not PLAN.random_weights else [],
     output:
         # the fit's models' profiles, then the feature heads' draft steps' (priced beside the target they draft for)
         [*profile_files(config["drafts"]), *head_profile_files()],
@@ -58,6 +59,7 @@ rule profile_fit_models:
         target=config["target"],
         heads=head_profiles(),
         layers=[profiled_source(name)[1] for name in FIT_MODELS],
+        architectures=PLAN.random_architectures(FIT_MODELS),
         profiling=PROFILING,
         positions=list(range(1, max(DECODING["k"]) + 2)),
         runtime=RUNTIME,
@@ -78,11 +80,12 @@ rule profile_fit_models:
 rule profile_model:
     input:
         unpack(profiled_kernel_input),
-        models=lambda wildcards: profiled_source(wildcards.profiled)[0],
+        models=lambda wildcards: profiled_source(wildcards.profiled)[0] or [],
     output:
         f"{MACHINE_DIR}/profiles/{{profiled}}.csv",
     params:
         layers=lambda wildcards: [profiled_source(wildcards.profiled)[1]],
+        architectures=lambda wildcards: PLAN.random_architectures([wildcards.profiled]),
         profiling=PROFILING,
         positions=list(range(1, max(DECODING["k"]) + 2)),
         runtime=RUNTIME,

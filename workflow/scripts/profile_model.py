@@ -12,7 +12,7 @@ import logging
 
 from specdec.gguf.loading import load_gguf_for_decoding
 from specdec.gguf.lean import LeanLM
-from specdec.fp32.loading import load_for_decoding
+from specdec.fp32.loading import load_for_decoding, prepare_for_decoding
 from specdec.runtime import Runtime
 from specdec.study.io import read_backend_tables, write_csv
 from specdec.study.logs import log_to
@@ -33,6 +33,19 @@ def gguf_sessions(names, paths, layers, runtime: Runtime, max_length: int) -> di
              for path in dict.fromkeys(paths)}
     return {name: LeanLM(files[path], max_length=max_length, layers=n)
             for name, path, n in zip(names, paths, layers, strict=True)}
+
+
+def random_model(architecture: dict, runtime: Runtime, seed: int = 0):
+    """A Hugging Face model of this architecture's shapes with random weights, in the runtime's dtype and device and
+    set up as the decode jobs run it (its linear kernel): a step costs the same whatever its weights."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    fields = dict(architecture)
+    config = AutoConfig.for_model(fields.pop("model_type"), **fields)
+    torch.manual_seed(seed)
+    model = AutoModelForCausalLM.from_config(config, dtype=getattr(torch, runtime.dtype)).to(runtime.device).eval()
+    return prepare_for_decoding(model, runtime)
 
 
 def head_drafts(heads: dict, target) -> dict:
@@ -59,7 +72,10 @@ def main(snakemake):
         runtime = Runtime(**snakemake.params.runtime)  # not snakemake.threads: capped at --cores
         positions = [int(m) for m in snakemake.params.positions]
         context_length = int(settings.get("context_length", 256))
-        if runtime.weights == "gguf":  # lean sessions over the files, a cut over its model's file
+        architectures = dict(snakemake.params.get("architectures") or {})
+        if architectures:  # profiling.weights random: the real shapes, random weights (no weights on this machine)
+            models = {name: random_model(architectures[name], runtime) for name in names}
+        elif runtime.weights == "gguf":  # lean sessions over the files, a cut over its model's file
             models = gguf_sessions(names, as_list(inputs.models), list(snakemake.params.layers), runtime,
                                    context_length + max(positions))
         else:  # as the study runs them (dtype, linear kernel)

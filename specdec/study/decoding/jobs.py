@@ -35,10 +35,12 @@ class DecodeJob:
 
 def _batch_invariant(target) -> bool:
     """A target whose logits are the same bits in a one-token step and in any verify pass by construction (the
-    lean engine: order-fixed quantized products, native attention): a greedy divergence cannot be a near-tie."""
+    lean engine: order-fixed quantized products, native attention; a fixed-shape session: every pass the same
+    shape): a greedy divergence cannot be a near-tie."""
+    from specdec.fixed_shape import FixedShapeLM
     from specdec.gguf.lean import LeanLM
 
-    return isinstance(target, LeanLM)
+    return isinstance(target, (LeanLM, FixedShapeLM))
 
 
 def baseline_or_speculative(k: int | None, target, draft, input_ids, max_new_tokens: int, **sampling) -> DecodeResult:

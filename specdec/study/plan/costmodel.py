@@ -49,9 +49,33 @@ class CostModelPlan(DecodingPlan):
     def head_profile_files(self) -> list[str]:
         return [f"{self.paths.machine_dir}/profiles/{name}.csv" for name in self.head_profiles()]
 
-    def profiled_source(self, name: str) -> tuple[str, int | None]:
+    @property
+    def random_weights(self) -> bool:
+        """profiling.weights random: the profiles time random weights of the real shapes (no weights needed)."""
+        return self.section("profiling").get("weights") == "random"
+
+    def random_architecture(self, name: str) -> dict:
+        """The Hugging Face config a profiled model's random weights take: profiling.architectures' entry for it, or
+        for a cut of a model (a truncated draft) that model's with the cut's layer count."""
+        architectures = self.section("profiling").get("architectures") or {}
+        if name in architectures:
+            return dict(architectures[name])
+        spec = self.draft_spec(name) if name not in self.config["models"] else {}
+        if spec.get("model") in architectures and spec.get("layers"):
+            return {**architectures[spec["model"]], "num_hidden_layers": int(spec["layers"])}
+        raise PlanError(f"config key 'profiling.architectures.{name}': profiling.weights 'random' profiles {name!r} "
+                        "on random weights of its shape, and no architecture is given for it")
+
+    def profiled_source(self, name: str) -> tuple[str | None, int | None]:
         """(the weights a profiled model loads, how many of its first layers run (None: all)): its prepared model
-        directory, or in the gguf regime its GGUF file (a truncated cut: its model's file, cut at load)."""
+        directory, or in the gguf regime its GGUF file (a truncated cut: its model's file, cut at load); with
+        profiling.weights random none (random weights of random_architecture(name))."""
+        if self.random_weights:
+            if self.gguf:
+                raise PlanError("config key 'profiling.weights': 'random' times Hugging Face models of random "
+                                "weights; the gguf regime profiles the GGUF files themselves")
+            self.random_architecture(name)  # refused at planning where it has none
+            return None, None
         if not self.gguf:
             return model_dir(name), None
         if name in self.config["models"]:
@@ -88,7 +112,15 @@ class CostModelPlan(DecodingPlan):
         return tables
 
     def profiled_kernel_input(self, profiled: str) -> dict:
-        return {"kernels": self.kernel_table(profiled, self.runtime["dtype"])} if self.times_kernels else {}
+        """A profile's kernel table (none for random weights: there is no model directory to time them on; the
+        profile then times the products as the runtime picks them without tables)."""
+        if not self.times_kernels or self.random_weights:
+            return {}
+        return {"kernels": self.kernel_table(profiled, self.runtime["dtype"])}
+
+    def random_architectures(self, names: list[str]) -> dict:
+        """{name: its architecture} of the profiled models where profiling.weights is random, else {}."""
+        return {name: self.random_architecture(name) for name in names} if self.random_weights else {}
 
     def study_kernel_tables(self) -> list[str]:
         """The kernel tables the study's decoding jobs read (provenance records what they chose)."""
