@@ -56,7 +56,7 @@ def perturbed_copy(model: Qwen2ForCausalLM, noise: float, seed: int = 1) -> Qwen
     return copy
 
 
-# --- tiny GGUF files for the quantized engine (specdec/gguf/lean.py) ----------------------------------------------------
+# --- tiny GGUF files for the quantized engine (specdec/gguf/lean.py) --------------------------------------------------
 # Tensor types per kind, as the study's two files hold them (the 1.5B target: Q4_K with Q6_K for the head, attn_v and
 # ffn_down; the 0.5B draft: Q5_0 with Q8_0 for the head and attn_v, Q6_K for ffn_down). A key "blk.N.kind" sets
 # one layer's tensor (the 1.5B file mixes Q4_K and Q6_K across layers for attn_v and ffn_down).
@@ -417,3 +417,14 @@ def at_threads(threads: int, run):
         return run()
     finally:
         torch.set_num_threads(before)
+
+
+def example_spec(kind) -> dict:
+    """A draft kind's (DraftKind's) smallest spec: its required fields filled from their schema (the smallest
+    integer allowed, a model's name), as the registry's shared tests build every kind."""
+    spec = {"kind": kind.name}
+    for field in kind.required:
+        schema = kind.fields[field]
+        spec[field] = {"integer": schema.get("minimum", 1), "number": schema.get("minimum", 0.0),
+                       "string": "draft"}[schema["type"]]
+    return spec

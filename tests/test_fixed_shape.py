@@ -23,7 +23,8 @@ from specdec.drafts import DraftResources, get_kind, kind_names
 from specdec.fixed_shape import FixedShapeLM, session_for, target_layer_sessions
 from specdec.lm import CachedLM
 from specdec.runtime import Runtime
-from specdec.testing import at_threads, count_differing_rows, perturbed_copy, step_and_pass_logits, tiny_qwen2
+from specdec.testing import (at_threads, count_differing_rows, example_spec, perturbed_copy, step_and_pass_logits,
+                             tiny_qwen2)
 
 CUDA = torch.cuda.is_available()
 DEVICES = [pytest.param("cpu"),
@@ -238,16 +239,6 @@ def greedy_models():
 
 def fixed(model, rows: int = ROWS) -> FixedShapeLM:
     return FixedShapeLM(model, max_length=LENGTH, rows=rows)
-
-
-def example_spec(kind) -> dict:
-    """The kind's required fields filled from their schema (the smallest integer allowed, a model's name)."""
-    spec = {"kind": kind.name}
-    for name in kind.required:
-        schema = kind.fields[name]
-        spec[name] = {"integer": schema.get("minimum", 1), "number": schema.get("minimum", 0.0),
-                      "string": "draft"}[schema["type"]]
-    return spec
 
 
 def build_draft(kind_name: str, target_model, target_session, draft_model, rows: int):

@@ -24,26 +24,16 @@ from scipy import stats
 
 import specdec.decode as decode
 from specdec.decode import generate_baseline, generate_speculative
-from specdec.drafts import DraftKind, DraftResources, ModelDraft, Proposal, get_kind, kind_names
+from specdec.drafts import DraftResources, ModelDraft, Proposal, get_kind, kind_names
 from specdec.lm import CachedLM, PrefixMemoLM
 from specdec.sampling import SamplingConfig
 from specdec.study.verify.distribution import exact_first_tokens
 from specdec.study.stats import chi_square_gof
-from specdec.testing import perturbed_copy, tiny_qwen2
+from specdec.testing import example_spec, perturbed_copy, tiny_qwen2
 from toy_draft import RepeatLastDraft  # noqa: F401  (registers the toy kind: every check below runs on it)
 
 
 # --- building any kind from its declared fields --------------------------------------------------------------------
-def example_spec(kind: DraftKind) -> dict:
-    """The kind's required fields filled from their schema (the smallest allowed integer, a model name)."""
-    spec = {"kind": kind.name}
-    for field in kind.required:
-        schema = kind.fields[field]
-        spec[field] = {"integer": schema.get("minimum", 1), "number": schema.get("minimum", 0.0),
-                       "string": "draft"}[schema["type"]]
-    return spec
-
-
 def build(kind_name: str, target, draft_model) -> object:
     """The kind's proposer over `draft_model` (a kind whose model is not a Hugging Face model, e.g. a feature
     head: a fresh untrained one of its own, made for the target)."""
@@ -125,7 +115,8 @@ def lean_files(tmp_path_factory):
             tiny_gguf_with_tokenizer(root / "draft.gguf", layers=1, norm_scale=GGUF_TARGET_SCALES[:1]))
 
 
-@pytest.mark.skipif(not importlib.import_module("specdec.gguf.quant").available(), reason="the quantized product is not built")
+@pytest.mark.skipif(not importlib.import_module("specdec.gguf.quant").available(),
+                    reason="the quantized product is not built")
 @pytest.mark.parametrize("kind_name", KINDS)
 def test_greedy_identity_for_every_kind_on_the_quantized_engine(lean_files, kind_name):
     """Each kind built as a gguf-regime decode job builds it (specdec.load.make_draft: a lean target, the draft's

@@ -411,7 +411,8 @@ def test_adding_a_draft_to_the_sweep_schedules_one_job_per_domain(tiny_study):
          "config key 'draft_kinds.x.dtype'"),
         (lambda c: c.update(draft_kinds={"x": {"kind": "model", "model": "tiny-target", "dtype": "int4"}}), "int4"),
         (lambda c: c.update(draft_sweep={"drafts": ["nope-draft"]}), "config key 'draft_sweep.drafts'"),
-        (lambda c: c.update(draft_sweep={"drafts": ["tiny-draft0"], "per_draft": {"tiny-draft1": {"domains": ["code"]}}}),
+        (lambda c: c.update(draft_sweep={"drafts": ["tiny-draft0"],
+                                         "per_draft": {"tiny-draft1": {"domains": ["code"]}}}),
          "config key 'draft_sweep.per_draft.tiny-draft1'"),
         (lambda c: c.update(draft_sweep={"drafts": ["tiny-draft0"], "domains": ["poetry"]}), "'poetry'"),
         (lambda c: c["decoding"].update(domains=["poetry"]), "config key 'decoding.domains': 'poetry'"),
@@ -587,6 +588,7 @@ def _gated_lookup_study(root: Path, drafts: list[str], left_out: tuple[str, ...]
         config["draft_kinds"][name] = {**ALL_DRAFT_KINDS["lookup"], "kind": "gated_prompt_lookup",
                                        "gate": str(root / "gate")}
     config["drafts"], config["plugins"] = [*drafts, *ungated], [*config["plugins"], "gated_draft"]
+    config["decoding"]["sampled"]["drafts"] = list(config["drafts"])  # studied drafts only (the config check)
     write_config(root / "config.yaml", config)
     return config
 
@@ -780,7 +782,8 @@ def test_every_layer_gives_a_command_that_stacks_it():
     assert len(LAYERS) >= 20 and (REPO / "config/quick.yaml") in LAYERS
     for layer in LAYERS:
         name = str(layer.relative_to(REPO))
-        assert any(name in stacked_files(args) for args in layer_commands(layer)), f"{name} gives no command stacking it"
+        assert any(name in stacked_files(args)
+                   for args in layer_commands(layer)), f"{name} gives no command stacking it"
 
 
 @pytest.mark.parametrize("layer, args", documented_commands(),
