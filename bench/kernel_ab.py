@@ -1,9 +1,9 @@
 """Plain and speculative decoding on the GGUF pair under each product kernel, in one process, interleaved: per prompt
-every (kernel, method) runs back to back, the order rotating from prompt to prompt (specdec/study/decoding/interleave.py).
-Greedy. The kernels give the same bits, so every run of a prompt must give the same tokens (checked); what differs
-is time. Prints, per kernel and method, generation tokens/s (after the prompt pass, as the side-by-side job counts
-them), the median speedup of that phase over the same kernel's plain decoding and over the first kernel's plain
-decoding (bootstrap 95% intervals), the prompt pass's time, acceptance and tokens per pass.
+every (kernel, method) runs back to back, the order rotating from prompt to prompt
+(specdec/study/decoding/interleave.py). Greedy. The kernels give the same bits, so every run of a prompt must give the
+same tokens (checked); what differs is time. Prints, per kernel and method, generation tokens/s (after the prompt pass,
+as the side-by-side job counts them), the median speedup of that phase over the same kernel's plain decoding and over
+the first kernel's plain decoding (bootstrap 95% intervals), the prompt pass's time, acceptance and tokens per pass.
 
     python bench/kernel_ab.py --prompts results/study-gguf/prompts/code.parquet --count 5 --kernels avx512-vnni amx \
         --drafts model:2 model:4 lookup:4 --max-new-tokens 128 \

@@ -31,7 +31,8 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=10)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--layers", type=int, default=None, help="run only the first N layers (a truncated draft)")
-    parser.add_argument("--kernels", nargs="+", default=None, help="product kernels to time (default: all this CPU runs)")
+    parser.add_argument("--kernels", nargs="+", default=None,
+                        help="product kernels to time (default: all this CPU runs)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     os.environ[quant.LAYOUT_ENV] = "rows"

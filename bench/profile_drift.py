@@ -40,7 +40,8 @@ def fit_row(mode: str, round_: int, tables: dict[str, pd.DataFrame], target: str
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--models-dir", default="resources/models")
-    parser.add_argument("--kernels", help="the machine's kernel tables (runtime.linear_kernel auto); none: weight_major")
+    parser.add_argument("--kernels",
+                        help="the machine's kernel tables (runtime.linear_kernel auto); none: weight_major")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--repeats", type=int, default=10)
     parser.add_argument("--threads", type=int, default=2)

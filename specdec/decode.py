@@ -224,7 +224,8 @@ def generate_speculative(
     decide = time.perf_counter() - start
     result.tokens.append(first)
     result.steps.append(StepRecord(step=0, kind="prefill", emitted=1, positions=1, draft_seconds=draft_prefill,
-                                   verify_seconds=prefill, decide_seconds=decide, kernel=_kernel(target_lm, len(prompt))))
+                                   verify_seconds=prefill, decide_seconds=decide,
+                                   kernel=_kernel(target_lm, len(prompt))))
     context = prompt + [first]
 
     while first not in eos_ids and len(result.tokens) < max_new_tokens:

@@ -159,7 +159,8 @@ def make_draft(name: str, spec: Mapping, target, target_tokenizer, draft_dir, ru
     here (registry.check_spec: the study's config check and the command line do it first)."""
     kind = get_kind(spec["kind"], f"draft {name!r}: kind")
     target_layers = None
-    load = lambda: load_draft_model(name, spec, draft_dir, target_tokenizer, runtime, backend_tables, target)  # noqa: E731
+    load = lambda: load_draft_model(name, spec, draft_dir, target_tokenizer, runtime, backend_tables,  # noqa: E731
+                                    target)
     if runtime.weights == "gguf":
         from specdec.drafts.registry import gguf_draft_source
         from specdec.gguf.loading import first_layers
@@ -187,7 +188,8 @@ def _fixed_shape_drafts(target, runtime: Runtime, load):
 
     def load_in_session():
         model = load()
-        return session_for(model, runtime, max_length=target.max_length) if isinstance(model, PreTrainedModel) else model
+        return (session_for(model, runtime, max_length=target.max_length) if isinstance(model, PreTrainedModel)
+                else model)
 
     return target_layer_sessions(target.model, runtime, max_length=target.max_length), load_in_session
 

@@ -205,7 +205,7 @@ def test_end_to_end_test_rejects_wrong_sampler():
     assert fit.p_value < THRESHOLD
 
 
-# --- the real-pair check's machinery (specdec.study.verify.distribution), on a tiny pair with a realistic vocabulary ----------
+# --- the real-pair check's machinery (specdec.study.verify.distribution), on a tiny pair with a realistic vocabulary --
 MEMO_SAMPLES = 3_000
 
 
@@ -526,8 +526,8 @@ def test_sample_size_is_the_analytic_one_and_rejects_the_wrong_sampler():
     wrong, tv, n_analytic = _analytic(pair)
     assert total_variation(wrong, wrong_law) < 1e-12 and 0.02 < tv < 0.15
     assert min(pair.exact.values()) * n_analytic > 5  # no pooling at that N: the closed form applies
-    plan = plan_test(pair.exact, {s.name: pair.laws(1).by_sampler[s.name] for s in STUDY_WRONG_SAMPLERS}, POWER_THRESHOLD,
-                     power=0.99, max_samples=100_000, min_samples=1)
+    plan = plan_test(pair.exact, {s.name: pair.laws(1).by_sampler[s.name] for s in STUDY_WRONG_SAMPLERS},
+                     POWER_THRESHOLD, power=0.99, max_samples=100_000, min_samples=1)
     print(f"TV {tv:.4f}; N analytic {n_analytic:.1f}, chosen {plan.n_samples}, power {plan.power:.4f}")
     assert plan.sampler == STUDY_WRONG_SAMPLERS[0].name and plan.has_power
     assert abs(plan.n_samples - n_analytic) / n_analytic < 0.03 and plan.power >= 0.99
@@ -553,7 +553,8 @@ def test_sample_size_is_the_analytic_one_and_rejects_the_wrong_sampler():
 # which test_wrong_sampler_laws_match_the_loop_for_every_proposer ties to the loop
 def test_at_the_chosen_n_the_real_wrong_sampler_is_rejected_in_40_repetitions():
     pair = _power_pair()
-    plan = plan_test(pair.exact, {s.name: pair.laws(1).by_sampler[s.name] for s in STUDY_WRONG_SAMPLERS}, POWER_THRESHOLD)
+    plan = plan_test(pair.exact, {s.name: pair.laws(1).by_sampler[s.name] for s in STUDY_WRONG_SAMPLERS},
+                     POWER_THRESHOLD)
     rejected = sum(
         chi_square_gof(pair.samples(1, plan.n_samples, seed=100_000 * (r + 1), rejection_rule=STUDY_WRONG_SAMPLERS[0]),
                        pair.exact).p_value < POWER_THRESHOLD

@@ -287,7 +287,8 @@ def test_the_cosine_schedule_warms_up_then_falls_to_zero_and_unknown_settings_ar
     assert [constant.learning_rate_at(s) for s in (9, 109)] == [1e-3, 1e-3]
     with pytest.raises(DraftSpecError, match="training schedule 'linear': one of \\['constant', 'cosine'\\]"):
         FeatureHeadSettings(schedule="linear")
-    with pytest.raises(DraftSpecError, match="config key 'draft_kinds.h.training': unknown setting\\(s\\) \\['epochs'\\]"):
+    with pytest.raises(DraftSpecError,
+                       match="config key 'draft_kinds.h.training': unknown setting\\(s\\) \\['epochs'\\]"):
         settings_from_config({"epochs": 3, "init": "other", "data": ["answers", "corpus"]}, "draft_kinds.h")
     assert settings_from_config({"init": "other", "data": ["answers", "corpus"]}, "k").data == ("answers", "corpus")
 

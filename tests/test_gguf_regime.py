@@ -28,7 +28,8 @@ from specdec.testing import (CHARS, GGUF_TARGET_SCALES, add_gguf_metadata, gguf_
                              tiny_gguf_with_tokenizer, tiny_tokenizer)
 
 GGUF = Runtime(weights="gguf", threads=1)
-needs_product = pytest.mark.skipif(not quant.available(), reason="specdec.native._quant (the quantized product) not built")
+needs_product = pytest.mark.skipif(not quant.available(),
+                                   reason="specdec.native._quant (the quantized product) not built")
 
 
 @pytest.fixture(scope="module")
@@ -50,7 +51,7 @@ def files(tmp_path_factory):
     }
 
 
-# --- the header --------------------------------------------------------------------------------------------------------
+# --- the header -------------------------------------------------------------------------------------------------------
 def test_the_header_reader_reads_what_the_gguf_package_reads(files):
     from gguf import GGUFReader
 
@@ -59,7 +60,8 @@ def test_the_header_reader_reads_what_the_gguf_package_reads(files):
         assert {name: (t.qtype, t.shape) for name, t in header.tensors.items()} == {
             t.name: (t.tensor_type.name, tuple(int(d) for d in reversed(t.shape))) for t in reader.tensors}
         assert header.data_start == reader.data_offset
-        for key in ("general.architecture", "qwen2.block_count", "qwen2.embedding_length", "tokenizer.ggml.eos_token_id"):
+        for key in ("general.architecture", "qwen2.block_count", "qwen2.embedding_length",
+                    "tokenizer.ggml.eos_token_id"):
             assert header.metadata[key] == reader.fields[key].contents(), key
     tokens = read_header(files["target"]).metadata["tokenizer.ggml.tokens"]
     assert tokens == GGUFReader(files["target"]).fields["tokenizer.ggml.tokens"].contents()
@@ -105,7 +107,7 @@ def test_a_truncated_header_is_a_clear_error(files, tmp_path):
         read_header(cut)
 
 
-# --- vocabulary and tokenizer --------------------------------------------------------------------------------------------
+# --- vocabulary and tokenizer -----------------------------------------------------------------------------------------
 def test_the_files_tokenizer_is_the_tokenizer_it_was_written_from(files):
     tok, reference = load_gguf_tokenizer(files["target"]), tiny_tokenizer()
     assert tok.get_vocab() == reference.get_vocab() == GGUFVocabulary(check_gguf(files["target"])).get_vocab()
@@ -125,7 +127,7 @@ def test_a_draft_with_another_vocabulary_is_refused_before_its_weights_are_read(
     assert "'odd'" in str(caught.value) and "['7']" in str(caught.value) and "['8']" in str(caught.value)
 
 
-# --- the runtime setting -----------------------------------------------------------------------------------------------
+# --- the runtime setting ----------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("settings, words", [
     ({"weights": "gguf", "dtype": "bfloat16"}, "dtype must be 'float32'"),
     ({"weights": "gguf", "device": "cuda"}, "CPU only"),
@@ -143,7 +145,7 @@ def test_each_loader_refuses_the_other_regimes_weights(files):
         load_gguf_for_decoding(files["target"], Runtime())
 
 
-# --- drafts ------------------------------------------------------------------------------------------------------------
+# --- drafts -----------------------------------------------------------------------------------------------------------
 def test_which_file_and_layers_each_kind_runs():
     assert gguf_draft_source("d", {"kind": "model", "model": "m"}) == ("m", None)
     assert gguf_draft_source("d", {"kind": "truncated", "model": "m", "layers": 3}) == ("m", 3)
@@ -187,7 +189,7 @@ def test_cuts_and_early_exits_share_the_weights_they_cut(files):
                    GGUF).session
 
 
-# --- a decoding job ----------------------------------------------------------------------------------------------------
+# --- a decoding job ---------------------------------------------------------------------------------------------------
 JOB = DecodeJob(setting="greedy", draft="d", domain="code", k=1, seed=0, max_new_tokens=10, repeats=1)
 
 

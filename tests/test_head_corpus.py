@@ -1,5 +1,6 @@
-"""The feature heads' corpus (specdec/study/training/head_corpus.py): files of a pinned wheel cut at line boundaries, each chunk
-after a request in the chat template, no chunk sharing a line with an evaluation prompt, the wheel's RECORD checked."""
+"""The feature heads' corpus (specdec/study/training/head_corpus.py): files of a pinned wheel cut at line boundaries,
+each chunk after a request in the chat template, no chunk sharing a line with an evaluation prompt, the wheel's RECORD
+checked."""
 
 from __future__ import annotations
 

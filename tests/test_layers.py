@@ -1,6 +1,6 @@
-"""The fused layers (specdec/gguf/fused_layers.py, specdec/native/_layers.c): every decoder layer of a decoding step or a verify
-pass in one native call gives the Python forward's bits (logits, last hidden states, the KV cache) for every tensor
-type, product layout (q|k|v in 1, 2 or 3 runs; gate|up in 1 or 2), row count 1..16 and thread count; and every
+"""The fused layers (specdec/gguf/fused_layers.py, specdec/native/_layers.c): every decoder layer of a decoding step or
+a verify pass in one native call gives the Python forward's bits (logits, last hidden states, the KV cache) for every
+tensor type, product layout (q|k|v in 1, 2 or 3 runs; gate|up in 1 or 2), row count 1..16 and thread count; and every
 call is checked before it enters C: a wrong tensor or a corrupt plan row is a clear error, never a read out of
 bounds. Tiny random GGUF files written by the test."""
 
@@ -161,7 +161,8 @@ def test_a_grouped_run_whose_outputs_are_not_whole_groups_is_refused(models):
     fused.plan[1, 3] = _layers.type_codes()["Q4_K_R16"]  # the first q|k|v run as Q4_K in groups of 16 rows ...
     fused.plan[1, 5] = 148  # ... of one block a row (hidden 256) ...
     fused.plan[1, 6] = 500  # ... over 500 outputs
-    with pytest.raises(ValueError, match="layer plan row 1: a grouped product's outputs are not whole groups of 16 rows"):
+    with pytest.raises(ValueError,
+                       match="layer plan row 1: a grouped product's outputs are not whole groups of 16 rows"):
         fused.forward(hidden, 0)
 
 

@@ -74,7 +74,8 @@ def test_no_draft_kind_is_dispatched_on_its_name_outside_the_registry():
 # seconds; a study runs dozens of these jobs). One interpreter for all: imports only add modules.
 TABLE_STAGE_MODULES = ["specdec.fp32.kernel_tables", "specdec.native.build", "specdec.drafts", "specdec.study.io",
                        "specdec.study.report.analysis", "specdec.study.cost.model", "specdec.study.cost.prediction",
-                       "specdec.study.machine", "specdec.study.cost.verdict", "specdec.study.verify.distribution_verdict"]
+                       "specdec.study.machine", "specdec.study.cost.verdict",
+                       "specdec.study.verify.distribution_verdict"]
 
 
 def test_the_table_stages_import_neither_torch_nor_transformers():

@@ -28,7 +28,8 @@ from specdec.testing import (
 )
 
 REAL = Path(__file__).resolve().parents[1] / "resources"
-needs_product = pytest.mark.skipif(not quant.available(), reason="specdec.native._quant (the quantized product) not built")
+needs_product = pytest.mark.skipif(not quant.available(),
+                                   reason="specdec.native._quant (the quantized product) not built")
 needs_invariant = pytest.mark.skipif(not (quant.available() and attention.available()),
                                      reason="the native product and attention are not both available")
 TOKENS = torch.randint(0, 256, (64,), generator=torch.Generator().manual_seed(5)).tolist()
@@ -114,7 +115,8 @@ def test_the_loader_reads_the_files_configuration_and_keeps_every_weight_as_the_
     def step_bytes(name, t):
         m = held.get(name)
         grouped = m is not None and m.layout == "r16"
-        return int(t.n_bytes) // quant.BLOCKS[m.qtype][1] * quant.R16_BLOCK_BYTES[m.qtype] if grouped else int(t.n_bytes)
+        return (int(t.n_bytes) // quant.BLOCKS[m.qtype][1] * quant.R16_BLOCK_BYTES[m.qtype] if grouped
+                else int(t.n_bytes))
     assert model.step_bytes() == sum(step_bytes(name, t) for name, t in tensors.items() if name != "token_embd.weight")
     assert model.step_bytes(1) < model.step_bytes()
     # q|k|v as one product where the three share a type (layer 1: Q4_K), two where v differs (layer 0: Q6_K)

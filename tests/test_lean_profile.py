@@ -38,8 +38,8 @@ def test_a_timed_pass_gives_extends_bits_and_a_time_per_layer(files, fused, rows
 
 
 @pytest.mark.skipif(not fused_layers.available(), reason="specdec.native._layers not built here")
-@pytest.mark.parametrize("bad", [torch.zeros(3), torch.zeros(2, dtype=torch.float64), torch.zeros(6, dtype=torch.float64)[::2],
-                                 [0.0, 0.0, 0.0]])
+@pytest.mark.parametrize("bad", [torch.zeros(3), torch.zeros(2, dtype=torch.float64),
+                                 torch.zeros(6, dtype=torch.float64)[::2], [0.0, 0.0, 0.0]])
 def test_a_wrong_layer_seconds_vector_is_refused_before_c(files, bad):
     session = LeanLM(files["narrow"], max_length=32)
     with pytest.raises(ValueError, match="layer_seconds must be a contiguous CPU float64 vector of 3 values"):

@@ -387,7 +387,8 @@ def test_build_rule_stops_with_one_line_when_cmake_is_missing(tmp_path):
     configfile.write_text(yaml.safe_dump(config, sort_keys=False))
     result = snakemake(tmp_path, "--cores", "1", "resources/llamacpp/0.3.36", configfile=configfile)
     assert result.returncode != 0
-    lines = [line for line in (result.stderr + result.stdout).splitlines() if line.startswith("specdec: llamacpp_build")]
+    lines = [line for line in (result.stderr + result.stdout).splitlines()
+             if line.startswith("specdec: llamacpp_build")]
     assert len(lines) == 1, result.stderr[-3000:]
     assert "'/nonexistent/cmake' (llamacpp.cmake) not an executable file" in lines[0]
     assert "logs/llamacpp/0.3.36/cmake.log" in lines[0]

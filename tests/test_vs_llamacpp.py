@@ -1,5 +1,5 @@
-"""The side-by-side job (specdec/study/peers/vs_llamacpp.py): every method on every prompt in rotating order, rates over the
-generation phase, identity against each engine's own plain run, and ratios per turn summarised with intervals.
+"""The side-by-side job (specdec/study/peers/vs_llamacpp.py): every method on every prompt in rotating order, rates over
+the generation phase, identity against each engine's own plain run, and ratios per turn summarised with intervals.
 
 llama.cpp's binaries are not built in the tests: its runs here come from a stand-in that replays our own engine's
 runs at a known speed factor through the same row builder (llamacpp_row) the real runner uses. Each of our runs is

@@ -169,7 +169,8 @@ def test_config_gguf_plans_the_study_from_the_gguf_files():
     decode_inputs = [line for line in inputs if "/prompts/" in line and ".parquet" in line and "gguf" in line]
     assert decode_inputs and all("resources/gguf/qwen2.5-coder-1.5b-instruct.gguf" in line for line in decode_inputs)
     assert any("resources/gguf/qwen2.5-coder-0.5b-instruct.gguf" in line for line in decode_inputs)
-    outputs = {p.strip() for line in lines if line.strip().startswith("output:") for p in line.split(":", 1)[1].split(",")}
+    outputs = {p.strip() for line in lines if line.strip().startswith("output:")
+               for p in line.split(":", 1)[1].split(",")}
     assert "results/study-gguf/tables/greedy_identity.csv" in outputs
     machine_dir = "results/machines/"  # the default machines_dir: the fit beside the fp32 ones, kernel gguf
     assert all(p.startswith(("results/study-gguf/", "resources/")) or (p.startswith(machine_dir) and "/gguf/" in p)

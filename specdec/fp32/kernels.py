@@ -49,8 +49,8 @@ def _weight_major(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, laye
 
 def check_native_product(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, weight_dtype: torch.dtype,
                          layer: str = "linear layer") -> None:
-    """Everything specdec/native/_linear.c relies on, checked before its raw addresses are formed: the weight's dtype (the
-    kernel reads its bytes as `weight_dtype`), device, shape and contiguity; the input's width; the bias's length.
+    """Everything specdec/native/_linear.c relies on, checked before its raw addresses are formed: the weight's dtype
+    (the kernel reads its bytes as `weight_dtype`), device, shape and contiguity; the input's width; the bias's length.
     A wrong call is a clear error naming the layer, never a read past a buffer or silent garbage."""
     for name, tensor in (("weight", w), ("input", x), ("bias", b)):
         if tensor is not None and not isinstance(tensor, torch.Tensor):
@@ -129,8 +129,8 @@ class BackendLinear(nn.Module):
         if unknown:
             raise ValueError(f"unknown linear backend(s) {sorted(unknown)}; known: {sorted(BACKENDS)}")
         if "avx2" in {backend, *(table or {}).values()} and "avx2" not in available_backends():
-            raise RuntimeError("the avx2 linear backend is not available here (specdec.native._linear not built, or a CPU "
-                               "without AVX2 and FMA)")
+            raise RuntimeError("the avx2 linear backend is not available here (specdec.native._linear not built, "
+                               "or a CPU without AVX2 and FMA)")
         self.in_features, self.out_features = linear.in_features, linear.out_features
         self.weight, self.bias = linear.weight, linear.bias
         # Row counts the table leaves out take the choice of the nearest one below it (or `backend`).
@@ -178,10 +178,10 @@ class RowAdaptiveBf16Linear(nn.Module):
 
     Which is fastest depends on the machine and on the rows. On a CPU without native bf16 arithmetic (this project's
     AMD machines) torch's bf16 product of one row reads half the fp32 bytes but many rows are emulated and slow (a
-    bf16 draft's prompt pass took 2.7x its fp32 time), while the AVX2 kernel ("avx2-bf16", specdec/native/_linear.c widens
-    each weight to fp32 in registers) runs one row at 1.2-1.3x the bandwidth floor; on an Intel Xeon with AMX torch's
-    bf16 product costs the same for 1 and 32 rows. `tune_row_adaptive_bf16` measures the three on the machine and
-    sets a table per row count (set_table). Without one: `backend` up to `max_bf16_rows` (default: the backend's
+    bf16 draft's prompt pass took 2.7x its fp32 time), while the AVX2 kernel ("avx2-bf16", specdec/native/_linear.c
+    widens each weight to fp32 in registers) runs one row at 1.2-1.3x the bandwidth floor; on an Intel Xeon with AMX
+    torch's bf16 product costs the same for 1 and 32 rows. `tune_row_adaptive_bf16` measures the three on the machine
+    and sets a table per row count (set_table). Without one: `backend` up to `max_bf16_rows` (default: the backend's
     BF16_MAX_ROWS), the fp32 copy (`weight.float()`: exactly the same values, the result rounded back to bf16)
     beyond. Either way the layer is the bf16 model; only the accumulation differs, which no exactness argument relies
     on (a draft's q is whatever it computed)."""
@@ -198,8 +198,8 @@ class RowAdaptiveBf16Linear(nn.Module):
         if unknown:
             raise ValueError(f"unknown bf16 product(s) {sorted(unknown)}; known: {BF16_CHOICES}")
         if "avx2-bf16" in {backend, *(table or {}).values(), beyond} and "avx2-bf16" not in available_bf16_backends():
-            raise RuntimeError("the avx2-bf16 backend is not available here (specdec.native._linear not built, or a CPU "
-                               "without AVX2 and FMA)")
+            raise RuntimeError("the avx2-bf16 backend is not available here (specdec.native._linear not built, "
+                               "or a CPU without AVX2 and FMA)")
         self.in_features, self.out_features = linear.in_features, linear.out_features
         self.max_bf16_rows = BF16_MAX_ROWS[backend] if max_bf16_rows is None else max_bf16_rows
         self.backend = backend
@@ -249,14 +249,14 @@ def use_invariant_kernels(model: nn.Module, bf16_tables: Mapping[str, Mapping] |
     """Make a position's logits the same bits in a one-token step and in a pass over up to INVARIANT_ROWS positions,
     on any thread count (in place; returns the model): every fp32 product of up to INVARIANT_ROWS rows on the avx2
     kernel, every bf16 one on avx2-bf16 (the same order on the bf16 values), attention on the native kernel
-    (specdec/native/attention.py). Prompt passes run on the fastest products (bf16: `bf16_tables`' "beyond" where given);
-    their rows are never compared with a step's, since the baseline and the speculative loop share them."""
+    (specdec/native/attention.py). Prompt passes run on the fastest products (bf16: `bf16_tables`' "beyond" where
+    given); their rows are never compared with a step's, since the baseline and the speculative loop share them."""
     from specdec.native import attention
 
     if not invariant_kernels_available():
         raise RuntimeError("linear_kernel 'invariant' needs specdec's native kernels (specdec.native._linear and "
-                           "specdec.native._attention, built by the install where a C compiler is there) on an x86 CPU with "
-                           "AVX2 and FMA; they are missing here. Reinstall with a compiler, or set "
+                           "specdec.native._attention, built by the install where a C compiler is there) on an x86 CPU "
+                           "with AVX2 and FMA; they are missing here. Reinstall with a compiler, or set "
                            "runtime.linear_kernel: auto (fastest per row count, not batch-invariant: greedy identity "
                            "then rests on the near-tie diagnosis)")
     use_row_adaptive_bf16_linear(model, max_bf16_rows=INVARIANT_ROWS, default="avx2-bf16")

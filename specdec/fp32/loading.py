@@ -1,7 +1,7 @@
 """Loading a prepared model directory (safetensors + tokenizer + manifest.json) as the decoding loops run it.
 
-A prepared directory is what the study's models stage writes (`specdec.study.prepare.models`); `manifest.json` is written
-last and marks it complete. Loading is safetensors only, no remote code, no network.
+A prepared directory is what the study's models stage writes (`specdec.study.prepare.models`); `manifest.json` is
+written last and marks it complete. Loading is safetensors only, no remote code, no network.
 """
 
 from __future__ import annotations

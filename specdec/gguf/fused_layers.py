@@ -1,5 +1,5 @@
-"""The lean forward's decoder layers in one native call (specdec/native/_layers.c) for the few rows of a decoding step or a
-verify pass.
+"""The lean forward's decoder layers in one native call (specdec/native/_layers.c) for the few rows of a decoding step
+or a verify pass.
 
 Why: in a step of the quantized engine the ~17 Python-level calls per layer around the products cost about 0.5 ms a
 layer (docs/quantized.md). `FusedLayers` describes a session's layers once, as a plan (one row of int64 fields per
@@ -49,8 +49,8 @@ class FusedLayers:
     def __init__(self, config, layers, keys: torch.Tensor, values: torch.Tensor, cos: torch.Tensor,
                  sin: torch.Tensor):
         if not available():
-            raise RuntimeError("the fused layers need specdec.native._layers and specdec.native._quant (built by the install where "
-                               "a C compiler is there) on an x86 CPU with AVX2, FMA and F16C")
+            raise RuntimeError("the fused layers need specdec.native._layers and specdec.native._quant (built by the "
+                               "install where a C compiler is there) on an x86 CPU with AVX2, FMA and F16C")
         c = self.config = config
         max_length = keys.shape[2] if isinstance(keys, torch.Tensor) and keys.dim() == 4 else -1
         cache_shape = (len(layers), c.kv_heads, max_length, c.head_dim)

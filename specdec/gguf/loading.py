@@ -117,7 +117,7 @@ def load_gguf_tokenizer(path: str | os.PathLike):
     return tokenizer
 
 
-# --- drafts ------------------------------------------------------------------------------------------------------------
+# --- drafts -----------------------------------------------------------------------------------------------------------
 def load_gguf_draft(name: str, spec: Mapping, path: str | os.PathLike | None, target: LeanLM,
                     target_vocabulary: GGUFVocabulary, runtime: Runtime) -> LeanLM:
     """A draft's model in the gguf regime: a session over its GGUF file (its first n layers for a truncated cut),

@@ -77,9 +77,9 @@ def use_kernel(name: str):
 
 
 # Layouts of a matrix's bytes: "rows", the file's rows of blocks; "r16", the blocks of Q4_K, Q6_K, Q5_0 or Q8_0
-# repacked in groups of 16 rows for the AVX-512 kernels (specdec/native/_quant_kernels.h, q4k_pack_block .. q8_0_pack_block:
-# every byte kept; Q4_K 148 bytes a row and block instead of 144, the others as in the file; the same products, bit
-# for bit, with a fraction of the instructions per block).
+# repacked in groups of 16 rows for the AVX-512 kernels (specdec/native/_quant_kernels.h, q4k_pack_block ..
+# q8_0_pack_block: every byte kept; Q4_K 148 bytes a row and block instead of 144, the others as in the file; the same
+# products, bit for bit, with a fraction of the instructions per block).
 LAYOUTS = ("rows", "r16")
 R16_ROWS = 16
 R16_BLOCK_BYTES = {"Q4_K": 148, "Q6_K": 210, "Q5_0": 22, "Q8_0": 34}
@@ -88,8 +88,9 @@ LAYOUT_ENV = "SPECDEC_QUANT_LAYOUT"
 
 def preferred_layout(qtype: str, out_features: int) -> str:
     """The layout a matrix of this type and height is given when a model loads: "r16" for the types that have it
-    (`R16_BLOCK_BYTES`; whole groups of 16 rows) where the product kernel is avx512-vnni (measured faster there: docs/quantized.md), else "rows";
-    $SPECDEC_QUANT_LAYOUT=rows keeps every matrix in the file's rows. Either layout gives the same bits."""
+    (`R16_BLOCK_BYTES`; whole groups of 16 rows) where the product kernel is avx512-vnni (measured faster there:
+    docs/quantized.md), else "rows"; $SPECDEC_QUANT_LAYOUT=rows keeps every matrix in the file's rows. Either layout
+    gives the same bits."""
     wanted = os.environ.get(LAYOUT_ENV, "auto")
     if wanted not in ("auto", "rows"):
         raise ValueError(f"{LAYOUT_ENV}={wanted!r}: expected 'auto' or 'rows'")
@@ -131,8 +132,8 @@ def reference_dequantize(raw: np.ndarray, qtype: str) -> np.ndarray:
 class QuantMatrix:
     """One GGUF weight matrix (out_features x in_features) in its file's block format.
 
-    raw: uint8 (out_features, row_bytes): the file's rows of blocks (layout "rows"), or (Q4_K, Q6_K, Q5_0, Q8_0) the same
-    blocks repacked in groups of 16 rows (layout "r16", `in_layout`); a copy in memory, never written to. name: the
+    raw: uint8 (out_features, row_bytes): the file's rows of blocks (layout "rows"), or (Q4_K, Q6_K, Q5_0, Q8_0) the
+    same blocks repacked in groups of 16 rows (layout "r16", `in_layout`); a copy in memory, never written to. name: the
     tensor's name in the file, for errors."""
 
     def __init__(self, raw: torch.Tensor, qtype: str, in_features: int, name: str = "weight", layout: str = "rows"):
@@ -207,8 +208,8 @@ class QuantMatrix:
     def matmul(self, x: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
         """x (rows, in_features) @ Wᵀ (+ bias) -> fp32 (rows, out_features), batch-invariant (module docstring)."""
         if not available():
-            raise RuntimeError("the quantized product needs specdec.native._quant (built by the install where a C compiler "
-                               "is there) on an x86 CPU with AVX2, FMA and F16C")
+            raise RuntimeError("the quantized product needs specdec.native._quant (built by the install where a C "
+                               "compiler is there) on an x86 CPU with AVX2, FMA and F16C")
         check_quant_product(x, self, bias)
         x = x.float().contiguous()
         y = torch.empty(x.shape[0], self.out_features, dtype=torch.float32)

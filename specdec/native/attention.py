@@ -117,8 +117,8 @@ def _register() -> None:
 def use_invariant_attention(model: nn.Module) -> nn.Module:
     """Make a Hugging Face model run the batch-invariant attention (in place); returns the model."""
     if not available():
-        raise RuntimeError("the batch-invariant attention needs specdec.native._attention (built by the install where a C "
-                           "compiler is there) on a CPU with AVX2 and FMA")
+        raise RuntimeError("the batch-invariant attention needs specdec.native._attention (built by the install where "
+                           "a C compiler is there) on a CPU with AVX2 and FMA")
     _register()
     model.config._attn_implementation = NAME
     for sub in model.modules():  # sub-configs that were copied (text configs of composite models)

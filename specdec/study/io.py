@@ -1,5 +1,5 @@
-"""Atomic file writes: a reader never sees a half-written output, and an interrupted job leaves no complete-looking file.
-Also the one reader the workflow's table stages share: many outputs of one stage as one frame."""
+"""Atomic file writes: a reader never sees a half-written output, and an interrupted job leaves no complete-looking
+file. Also the one reader the workflow's table stages share: many outputs of one stage as one frame."""
 
 from __future__ import annotations
 

@@ -49,7 +49,8 @@ def head_corpus_inputs(wildcards):
     """The corpus's archives (through their prompt-source sets, which fetch and check them), the evaluation's
     prompt sources (no chunk may share a line with them) and the tokenizer."""
     sets = sorted({spec["archive_of"] for spec in HEAD_CORPUS["parts"].values()})
-    return {"archives": [prompt_source_file(s) for s in sets], "evaluation": list(prompt_source_files(config["domains"]).values()),
+    return {"archives": [prompt_source_file(s) for s in sets],
+            "evaluation": list(prompt_source_files(config["domains"]).values()),
             "tokenizer": ancient(gguf_tokenizer_dir(config["target"]) if HEAD_ENGINE == "gguf"
                                  else model_dir(config["target"]))}
 

@@ -88,7 +88,8 @@ def audit_plot(table: pd.DataFrame, tolerance: float, path) -> None:
     lo = min(table["measured_speedup"].min(), table["predicted_speedup"].min()) * 0.9
     hi = max(table["measured_speedup"].max(), table["predicted_speedup"].max()) * 1.1
     ax.plot([lo, hi], [lo, hi], color="grey", linewidth=1)
-    ax.fill_between([lo, hi], [lo * (1 - tolerance), hi * (1 - tolerance)], [lo * (1 + tolerance), hi * (1 + tolerance)],
+    ax.fill_between([lo, hi], [lo * (1 - tolerance), hi * (1 - tolerance)],
+                    [lo * (1 + tolerance), hi * (1 + tolerance)],
                     color="grey", alpha=0.15, label=f"±{tolerance:.0%}")
     ax.set_xlabel("measured speedup (median over prompts)")
     ax.set_ylabel("predicted speedup (profiled costs, measured acceptance)")

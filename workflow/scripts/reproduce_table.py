@@ -26,7 +26,8 @@ def main(snakemake):
         log.info("reproduction:\n%s", table.to_string(index=False))
         if not table["reproduced"].all():
             bad = table[~table["reproduced"]]
-            raise NotReproducedError(f"the rerun changed tokens, acceptance or tokens per pass: {bad.to_dict('records')}")
+            raise NotReproducedError(f"the rerun changed tokens, acceptance or tokens per pass: "
+                                     f"{bad.to_dict('records')}")
         write_csv(table, snakemake.output[0])
 
 

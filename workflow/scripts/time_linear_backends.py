@@ -1,7 +1,7 @@
 """Snakemake script: time the linear products this machine has on one model's own weights, by weight shape and row
-count -> CSV (kept per machine and kernel build). fp32 (params.dtype float32): every fp32 backend (specdec.fp32.kernels);
-bf16: torch's bf16 product, the AVX2 kernel on the bf16 weights and the fp32 copy. Jobs with runtime.linear_kernel
-auto run each product on the fastest; with invariant, a bf16 model's prompt pass does."""
+count -> CSV (kept per machine and kernel build). fp32 (params.dtype float32): every fp32 backend
+(specdec.fp32.kernels); bf16: torch's bf16 product, the AVX2 kernel on the bf16 weights and the fp32 copy. Jobs with
+runtime.linear_kernel auto run each product on the fastest; with invariant, a bf16 model's prompt pass does."""
 
 from specdec.study.interrupt import stops_politely  # first: Ctrl-C during the imports below is polite too
 

@@ -146,7 +146,8 @@ class _LeanProfileSession(_ProfileSession):
         shape = ModelShape(layers, c.hidden, c.ffn, c.vocab_size, 1, self.shape["kv_dim"])
         self.shape["dtype_bytes"] = statistics.mean(layer_bytes) / shape.layer_params
         self.shape["head_dtype_bytes"] = model.head_bytes() / shape.head_bytes
-        self.sizes = {("embedding", None): model.embedding.nbytes, ("norm", None): model.output_norm.numel() * model.output_norm.element_size(),
+        self.sizes = {("embedding", None): model.embedding.nbytes,
+                      ("norm", None): model.output_norm.numel() * model.output_norm.element_size(),
                       ("lm_head", None): model.head_bytes(), ("forward", None): session.step_bytes(),
                       **{("layer", i): size for i, size in enumerate(layer_bytes)}}
         if session.max_length < context_length + max(positions):

@@ -1,9 +1,9 @@
 """Before/after measurement of a draft change (e.g. its dtype) on the same prompts, in one process, interleaved.
 
 For each prompt the baseline and speculative decoding with every draft variant at every k run back to back, their
-order rotating from prompt to prompt (interleave.py), so that a noisy shared machine slows all of them alike. Each variant's speedup is
-the per-prompt ratio baseline seconds / speculative seconds; its draft cost ratio c is its median draft step over
-the median baseline step of the same runs.
+order rotating from prompt to prompt (interleave.py), so that a noisy shared machine slows all of them alike. Each
+variant's speedup is the per-prompt ratio baseline seconds / speculative seconds; its draft cost ratio c is its median
+draft step over the median baseline step of the same runs.
 """
 
 from __future__ import annotations

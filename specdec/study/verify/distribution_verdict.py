@@ -7,8 +7,8 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-# The first wrong sampler of specdec.study.verify.distribution.WRONG_SAMPLERS (a test there keeps the two the same): the one
-# a table row without a `wrong_sampler` column was checked against.
+# The first wrong sampler of specdec.study.verify.distribution.WRONG_SAMPLERS (a test there keeps the two the same): the
+# one a table row without a `wrong_sampler` column was checked against.
 FIRST_WRONG_SAMPLER = "residual drawn from p"
 
 

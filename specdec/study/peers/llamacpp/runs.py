@@ -63,7 +63,8 @@ def decode_job(prompts: pd.DataFrame, *, bin_dir, target, draft, ks: Sequence[in
     its tokens differ from the plain run of the same prompt and repeat within max_new_tokens (None: identical).
 
     `raw(name, stdout)` receives every tool's output (for the job's log)."""
-    from specdec.study.decoding.interleave import run_in_rotation  # imports torch: not at the Snakefile's import of this package
+    # imports torch: not at the Snakefile's import of this package
+    from specdec.study.decoding.interleave import run_in_rotation
 
     methods = [PLAIN, *ks]
     n = settings.max_new_tokens

@@ -67,7 +67,8 @@ def summarize(runs: pd.DataFrame, costs: pd.DataFrame, facts: dict[str, dict], t
     return pd.DataFrame(rows, columns=TABLE_COLUMNS)
 
 
-def engine_speeds(sequence_files: Iterable[str | os.PathLike], prompt_ids: dict[str, set] | None = None) -> pd.DataFrame:
+def engine_speeds(sequence_files: Iterable[str | os.PathLike],
+                  prompt_ids: dict[str, set] | None = None) -> pd.DataFrame:
     """Our engine's tokens/s, per sequence, from greedy decode runs of the study or the draft sweep
     (sequences.parquet under [sweep/]runs/greedy/<draft>/<domain>/k<k>/seed0/): n_tokens / total_seconds, keeping only
     the prompts llama.cpp ran (`prompt_ids` per domain). Empty when there are no such files."""
