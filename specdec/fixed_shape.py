@@ -161,9 +161,10 @@ class FixedShapeLM(KeepsFeatures):
                 "device": str(self.device), "dtype": str(self._dtype).removeprefix("torch.")}
 
     def kernel_for(self, rows: int) -> str:
-        """The linear backends a pass runs on: those of `self.rows` rows, whatever the pass's real rows."""
+        """What a pass runs on, as the steps record it: 'fixed<R>:' and the linear backends of R rows, whatever the
+        pass's real rows (so a run's steps say which session ran them)."""
         if self._kernel is None:
-            self._kernel = linear_backends(self.model, self.rows)
+            self._kernel = f"fixed{self.rows}:{linear_backends(self.model, self.rows)}"
         return self._kernel
 
     def _decoder_layers(self) -> int:

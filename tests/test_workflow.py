@@ -839,3 +839,20 @@ def test_the_machine_target_on_random_weights_needs_no_weights(tmp_path):
         assert shapes.loc[name, "n_layers"] == architecture["num_hidden_layers"], name
         assert shapes.loc[name, "hidden_size"] == architecture["hidden_size"], name
     assert not (tmp_path / "resources/models").exists()  # no model was prepared
+
+
+def test_the_whole_study_runs_in_fixed_shape_sessions(tmp_path):
+    """runtime.session fixed (config/gpu.yaml's session, here on the CPU with torch's kernels): every stage of the
+    default target runs through FixedShapeLMs; greedy identity holds with no near-tie (a pass is one shape, so a
+    divergence could only be a bug), and the steps and the provenance say which session ran."""
+    config = build_tiny_study(tmp_path, k=[2])
+    config["runtime"].update({"session": "fixed", "session_rows": 4, "linear_kernel": "default"})
+    write_config(tmp_path / "config.yaml", config)
+    result = snakemake(tmp_path, *TWO_JOBS_AT_A_TIME)
+    assert result.returncode == 0, result.stderr[-3000:]
+    identity = pd.read_csv(tmp_path / "results/tables/greedy_identity.csv")
+    assert (identity["n_identical"] == identity["n_sequences"]).all() and (identity["n_near_tie"] == 0).all()
+    steps = pd.read_parquet(tmp_path / "results/runs/greedy/tiny-draft0/code/k2/seed0/steps.parquet")
+    assert steps["kernel"].str.startswith("fixed4:").all()
+    provenance = yaml.safe_load((tmp_path / "results/provenance.yaml").read_text())
+    assert provenance["config"]["runtime"]["session"] == "fixed"
