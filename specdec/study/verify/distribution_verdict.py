@@ -1,5 +1,5 @@
 """The distribution check's settings and its verdict on a judged family: what the table stage needs, without torch
-(the checks themselves are specdec.study.verify.distribution, which re-exports these)."""
+(the checks themselves are specdec.study.verify.distribution, which builds on these)."""
 
 from __future__ import annotations
 
