@@ -159,8 +159,10 @@ def make_draft(name: str, spec: Mapping, target, target_tokenizer, draft_dir, ru
     here (registry.check_spec: the study's config check and the command line do it first)."""
     kind = get_kind(spec["kind"], f"draft {name!r}: kind")
     target_layers = None
-    load = lambda: load_draft_model(name, spec, draft_dir, target_tokenizer, runtime, backend_tables,  # noqa: E731
-                                    target)
+
+    def load():
+        return load_draft_model(name, spec, draft_dir, target_tokenizer, runtime, backend_tables, target)
+
     if runtime.weights == "gguf":
         from specdec.drafts.registry import gguf_draft_source
         from specdec.gguf.loading import first_layers
