@@ -13,9 +13,9 @@ position p attends to the key slots 0..p only, and padded rows sit at positions 
 their keys and values into slots past the real ones, which the next pass overwrites, and which no real row reads).
 Stale slots past the session's length (after a crop or reset) are masked the same way.
 
-What the construction still assumes: that a kernel treats every row of its one shape alike. On an AVX-512 Xeon,
-MKL's fp32 product puts rows 5-7 of a 5..7-row call (and 9-11 of 9..11) in a remainder tile that sums in another
-order, so R = 5 breaks the identity there while R = 1..4, 8 and 12..24 keep it; the default R = 16 is the one the
+What the construction still assumes: that a kernel treats every row of its one shape alike. On the AMD EPYC Zen 4
+(AVX-512) torch's fp32 product sums the trailing rows of a 5..7-row call (and of 9..11) in another order than the
+others, so R = 5 breaks the identity there while R = 1..4, 8 and 12..24 keep it; the default R = 16 is the one the
 tests prove (on a GPU: to be measured there, the same tests run on cuda).
 
 The session speaks CachedLM's verbs (extend / crop / reset, logits of the last positions, KeepsFeatures' hidden
@@ -26,8 +26,6 @@ session a `Runtime` asks for (runtime.session: "cached" or "fixed").
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Literal
-
 import torch
 from transformers import PreTrainedModel
 
@@ -299,9 +297,6 @@ class _CompiledPass:
         self._inputs.copy_(inputs)
         torch.compiler.cudagraph_mark_step_begin()
         return self._compiled(self._inputs, self._features_key)
-
-
-SessionKind = Literal["cached", "fixed"]
 
 
 def session_for(model: PreTrainedModel, runtime: Runtime, *, max_length: int | None = None,
