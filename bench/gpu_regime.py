@@ -1,9 +1,10 @@
 """The GPU regime in one short script (issue 48, item 4): on random weights of the real pair's shapes (a step costs
 the same whatever its weights; real weights cannot travel to a lent GPU), the fixed-shape session's one-token step
-against the bandwidth floor, T(m)/T(1) for verify passes of m <= R rows, c of the 0.5B shape and of a one-layer
-stand-in of the feature head, rows differing between a step and verify passes (fixed session and CachedLM), greedy
-identity of speculative decoding through fixed sessions, and Hugging Face's static-cache generate (compiled on cuda)
-on the same shapes. Writes gpu_regime.json (every figure, with the machine's record) under --out.
+against the bandwidth floor (the weights' bytes over the read bandwidth every machine's floor uses), T(m)/T(1) for
+verify passes of m <= R rows, c of the 0.5B shape and of a one-layer stand-in of the feature head, rows differing
+between a step and verify passes (fixed session and CachedLM), greedy identity of speculative decoding through fixed
+sessions, and Hugging Face's static-cache generate (compiled on cuda) on the same shapes. Writes gpu_regime.json
+(every figure, with the machine's record) under --out.
 
     python bench/gpu_regime.py --device cuda --out results/machines/<gpu id>/gpu_regime
     python bench/gpu_regime.py --device cpu --tiny --out /tmp/gpu-smoke      (the same code on tiny shapes)
@@ -24,6 +25,8 @@ from pathlib import Path
 import torch
 import yaml
 
+from specdec.study.cost.profiling import memory_bandwidth, param_bytes, random_weights_model, sync_for
+
 REPO = Path(__file__).resolve().parents[1]
 TARGET, DRAFT = "qwen2.5-coder-1.5b-instruct", "qwen2.5-coder-0.5b-instruct"
 HEAD_VOCAB = 8192  # the feature head's drafting vocabulary (config/heads.yaml)
@@ -42,54 +45,25 @@ def architectures(tiny: bool) -> dict:
             "head": {**target, "num_hidden_layers": 1, "vocab_size": min(HEAD_VOCAB, target["vocab_size"])}}
 
 
-def random_model(architecture: dict, dtype: torch.dtype, device: str, seed: int = 0):
-    from transformers import AutoConfig, AutoModelForCausalLM
-
-    fields = dict(architecture)
-    config = AutoConfig.for_model(fields.pop("model_type"), **fields)
-    torch.manual_seed(seed)
-    return AutoModelForCausalLM.from_config(config, dtype=dtype, attn_implementation="sdpa").to(device).eval()
-
-
 def weight_bytes(model) -> int:
     """Bytes a step reads: every parameter but the input embedding (a step gathers one of its rows)."""
-    embedding = model.get_input_embeddings().weight
-    return sum(p.numel() * p.element_size() for p in model.parameters() if p is not embedding)
+    return param_bytes(model) - param_bytes(model.get_input_embeddings())
 
 
-def sync(device: str) -> None:
-    if device.startswith("cuda"):
-        torch.cuda.synchronize()
-
-
-def copy_bandwidth(device: str, megabytes: int, repeats: int) -> float:
-    """Bytes/s of a device copy (read + write) of `megabytes`: the floor a step's weight reads are held to."""
-    src = torch.ones(megabytes * 2**20 // 4, device=device)
-    dst = torch.empty_like(src)
-    dst.copy_(src)
-    times = []
-    for _ in range(repeats):
-        sync(device)
-        start = time.perf_counter()
-        dst.copy_(src)
-        sync(device)
-        times.append(time.perf_counter() - start)
-    return 2 * src.numel() * 4 / statistics.median(times)
-
-
-def pass_times(session, context: int, rows: list[int], repeats: int, device: str) -> dict[int, float]:
+def pass_times(session, context: int, rows: list[int], repeats: int) -> dict[int, float]:
     """Median seconds of a pass of m new positions after `context` cached ones, per m (interleaved per repeat)."""
     tokens = torch.randint(0, session.vocab_size, (context + max(rows),), generator=torch.Generator().manual_seed(1))
+    sync = sync_for(session.device)
     session.reset()
     session.extend(tokens[:context].tolist(), 1)
     times = {m: [] for m in rows}
     for repeat in range(repeats + 1):  # the first round warms up (captures, compiles)
         for m in rows:
             feed = tokens[context:context + m].tolist()
-            sync(device)
+            sync()
             start = time.perf_counter()
             session.extend(feed, m)
-            sync(device)
+            sync()
             if repeat:
                 times[m].append(time.perf_counter() - start)
             session.crop(context)
@@ -122,16 +96,17 @@ def hf_static_generate(model, vocab: int, new_tokens: int, device: str, compiled
     """Tokens/s of Hugging Face's greedy generate with a static cache (compiled where asked): the reference a GPU
     user would pick; None where it cannot run here."""
     ids = torch.randint(0, vocab, (1, 16), generator=torch.Generator().manual_seed(3)).to(device)
+    sync = sync_for(torch.device(device))
     kwargs = {"max_new_tokens": new_tokens, "min_new_tokens": new_tokens, "do_sample": False,
               "cache_implementation": "static"}
     if compiled:
         model.forward = torch.compile(model.forward, mode="reduce-overhead", fullgraph=True)
     try:
         model.generate(ids, **kwargs)  # warm-up: captures and compiles
-        sync(device)
+        sync()
         start = time.perf_counter()
         model.generate(ids, **kwargs)
-        sync(device)
+        sync()
     except Exception as e:  # noqa: BLE001  (a reference, not ours: its failure is reported, not fatal)
         print(f"gpu_regime: Hugging Face static-cache generate failed: {type(e).__name__}: {e}", file=sys.stderr)
         return None
@@ -143,17 +118,18 @@ def run(args) -> dict:
     from specdec.lm import CachedLM
     from specdec.study.machine import machine_record
 
-    dtype, device, rows = getattr(torch, args.dtype), args.device, args.rows
+    device, rows = args.device, args.rows
     shapes = architectures(args.tiny)
-    models = {name: random_model(arch, dtype, device, seed=i) for i, (name, arch) in enumerate(shapes.items())}
+    models = {name: random_weights_model(arch, args.dtype, device, seed=i)
+              for i, (name, arch) in enumerate(shapes.items())}
     length = args.context + rows + 64
     fixed = {name: FixedShapeLM(model, max_length=length, rows=rows) for name, model in models.items()}
     ms = list(range(1, rows + 1))
-    target_times = pass_times(fixed["target"], args.context, ms, args.repeats, device)
-    step = {name: pass_times(session, args.context, [1], args.repeats, device)[1] for name, session in fixed.items()}
-    bandwidth = copy_bandwidth(device, args.copy_mb, args.repeats)
+    target_times = pass_times(fixed["target"], args.context, ms, args.repeats)
+    step = {name: pass_times(session, args.context, [1], args.repeats)[1] for name, session in fixed.items()}
+    bandwidth = memory_bandwidth(args.buffer_mb * 2**20, args.repeats, device)
     floor = weight_bytes(models["target"]) / bandwidth
-    eager = pass_times(CachedLM(models["target"]), args.context, [1, rows], args.repeats, device)
+    eager = pass_times(CachedLM(models["target"]), args.context, [1, rows], args.repeats)
     vocab = shapes["target"]["vocab_size"]
     result = {
         "machine": machine_record(torch.get_num_threads(), device=device), "dtype": args.dtype, "rows": rows,
@@ -189,7 +165,8 @@ def main(argv=None) -> int:
     parser.add_argument("--rows", type=int, default=16, help="rows of every fixed-shape pass (runtime.session_rows)")
     parser.add_argument("--context", type=int, default=256, help="cached positions before the timed passes")
     parser.add_argument("--repeats", type=int, default=20)
-    parser.add_argument("--copy-mb", type=int, default=2048, help="the bandwidth copy's size")
+    parser.add_argument("--buffer-mb", type=int, default=2048,
+                        help="the read-bandwidth buffer's size (profiling.memory_bandwidth, as every machine's floor)")
     parser.add_argument("--prompts", type=int, default=8, help="sequences of the greedy identity check")
     parser.add_argument("--new-tokens", type=int, default=48)
     parser.add_argument("--k", type=int, default=4)

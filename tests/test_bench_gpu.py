@@ -16,7 +16,7 @@ def script():
 
 
 def test_the_gpu_script_runs_on_tiny_shapes_and_reports_what_it_measured(script, tmp_path):
-    args = ["--device", "cpu", "--tiny", "--rows", "4", "--context", "16", "--repeats", "2", "--copy-mb", "8",
+    args = ["--device", "cpu", "--tiny", "--rows", "4", "--context", "16", "--repeats", "2", "--buffer-mb", "8",
             "--prompts", "2", "--new-tokens", "8", "--k", "3", "--out", str(tmp_path)]
     assert script["main"](args) == 0
     result = json.loads((tmp_path / "gpu_regime.json").read_text())

@@ -16,7 +16,7 @@ from specdec.fp32.loading import load_for_decoding, prepare_for_decoding
 from specdec.runtime import Runtime
 from specdec.study.io import read_backend_tables, write_csv
 from specdec.study.logs import log_to
-from specdec.study.cost.profiling import profile_models
+from specdec.study.cost.profiling import profile_models, random_weights_model
 
 log = logging.getLogger("profile_model")
 
@@ -35,17 +35,10 @@ def gguf_sessions(names, paths, layers, runtime: Runtime, max_length: int) -> di
             for name, path, n in zip(names, paths, layers, strict=True)}
 
 
-def random_model(architecture: dict, runtime: Runtime, seed: int = 0):
-    """A Hugging Face model of this architecture's shapes with random weights, in the runtime's dtype and device and
-    set up as the decode jobs run it (its linear kernel): a step costs the same whatever its weights."""
-    import torch
-    from transformers import AutoConfig, AutoModelForCausalLM
-
-    fields = dict(architecture)
-    config = AutoConfig.for_model(fields.pop("model_type"), **fields)
-    torch.manual_seed(seed)
-    model = AutoModelForCausalLM.from_config(config, dtype=getattr(torch, runtime.dtype)).to(runtime.device).eval()
-    return prepare_for_decoding(model, runtime)
+def random_model(architecture: dict, runtime: Runtime):
+    """A model of this architecture's shapes with random weights, set up as the decode jobs run it (its linear
+    kernel): profiling.weights random."""
+    return prepare_for_decoding(random_weights_model(architecture, runtime.dtype, runtime.device), runtime)
 
 
 def head_drafts(heads: dict, target) -> dict:

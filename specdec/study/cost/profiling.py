@@ -27,6 +27,18 @@ PROFILE_COLUMNS = ["model", "component", "layer", "m", "repeat", "seconds", "par
 LEAN_PROFILE_COLUMNS = [*PROFILE_COLUMNS, "head_dtype_bytes"]
 
 
+def random_weights_model(architecture: dict, dtype: str, device: str | torch.device, seed: int = 0):
+    """A Hugging Face causal LM of `architecture`'s config fields (its model_type and shapes, as
+    config/random-weights.yaml gives them) with random weights, in `dtype` on `device`, for a profile where the real
+    weights are not on the machine: a forward costs the same whatever its weights."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    fields = dict(architecture)
+    config = AutoConfig.for_model(fields.pop("model_type"), **fields)
+    torch.manual_seed(seed)
+    return AutoModelForCausalLM.from_config(config, dtype=getattr(torch, dtype)).to(device).eval()
+
+
 def param_bytes(module: torch.nn.Module) -> int:
     """Bytes of the module's parameters (what a forward through it has to read)."""
     return sum(p.numel() * p.element_size() for p in module.parameters())
@@ -62,8 +74,9 @@ class _HookTimer:
             handle.remove()
 
 
-def _sync_for(device: torch.device):
-    # On a GPU kernels run asynchronously: synchronise so that a component's time is its own.
+def sync_for(device: torch.device):
+    """What waits for a device's queued work (nothing on the CPU): on a GPU kernels run asynchronously, so a timing
+    synchronises before it reads the clock, that a component's time is its own."""
     return torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
 
 
@@ -82,7 +95,7 @@ class _ProfileSession:
     def __init__(self, model, context_length: int, positions: Sequence[int], seed: int):
         self.model, self.context_length, self.positions = model, context_length, list(positions)
         device = next(model.parameters()).device
-        self.sync = _sync_for(device)
+        self.sync = sync_for(device)
         self.shape = _model_shape(model)
         components = _components(model)
         self.sizes = {(c, layer): param_bytes(module) for c, layer, module in components}
@@ -271,7 +284,7 @@ def memory_bandwidth(bytes_: int = 512 * 2**20, repeats: int = 5, device: str = 
 
     The tensor should be much larger than the last-level cache, or the number is the cache's bandwidth."""
     x = torch.ones(max(bytes_ // 4, 1), dtype=torch.float32, device=device)
-    sync = _sync_for(x.device)
+    sync = sync_for(x.device)
     x.sum()  # first touch: page faults and kernel choice are not bandwidth
     times = []
     for _ in range(repeats):
