@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from typing import Callable
 
+from specdec.study.plan import PlanError
+
 # The tables the `bench` target makes, by regime (runtime.weights gguf or not), under the run's results_dir/tables/.
 # The experiments' tables (feature_head_cost, kernel_ab_{domain}) are asked for by path.
 STUDY_TABLES = {"fp32": ["batch_invariance.csv", "draft_dtype_ab.csv"],
@@ -25,8 +27,9 @@ KERNEL_AB = {"prompts": {"code": 10, "default": 5},
              "kernels": ["avx512-vnni", "amx"], "max_new_tokens": 128}
 
 
-class BenchPlanError(ValueError):
-    """A bench table that cannot be planned: asked for in the regime it is not made in, or its model undefined."""
+class BenchPlanError(PlanError):
+    """A bench table that cannot be planned: asked for in the regime it is not made in, or its model undefined (a
+    plan's refusal: the workflow reports it as every other, workflow_error)."""
 
 
 def regime(gguf: bool) -> str:

@@ -22,6 +22,15 @@ BENCH_REGIME = bench_plan.regime(GGUF)
 BENCH_PROMPTS = expand(f"{R}/prompts/{{domain}}.parquet", domain=list(config["domains"]))
 
 
+def bench_only_in(wanted, what):
+    """An input function refusing, as every plan refusal (workflow_error), a rule of regime `wanted` in the other."""
+    return workflow_error(bench_plan.only_in(wanted, GGUF, what))
+
+
+# The A/B rules' draft model, named by the config or refused as every plan refusal
+bench_draft_model = workflow_error(bench_plan.draft_model)
+
+
 # Logits of a one-token step against passes of m positions, per kernel (bench_plan.BATCH_INVARIANCE; not a timing).
 rule bench_batch_invariance:
     input:
@@ -53,9 +62,9 @@ rule bench_batch_invariance:
 # fp32: the 0.5B draft in float32 and in bfloat16, baseline and speculative interleaved, 3 code prompts, k 4 and 8.
 rule bench_draft_dtype_ab:
     input:
-        unpack(bench_plan.only_in("fp32", GGUF, "bench_draft_dtype_ab (the draft's fp32 and bf16 copies)")),
+        unpack(bench_only_in("fp32", "bench_draft_dtype_ab (the draft's fp32 and bf16 copies)")),
         target=model_dir(config["target"]),
-        draft=lambda wildcards: model_dir(bench_plan.draft_model(config["models"])),
+        draft=lambda wildcards: model_dir(bench_draft_model(config["models"])),
         prompts=f"{R}/prompts/code.parquet",
     output:
         table=f"{R}/tables/draft_dtype_ab.csv",
@@ -83,7 +92,7 @@ rule bench_draft_dtype_ab:
 # KL over 32 teacher-forced positions, 5 prompts per domain; not a timing).
 rule bench_same_model:
     input:
-        unpack(bench_plan.only_in("gguf", GGUF, "bench_same_model (the GGUF engine against the fp32 one)")),
+        unpack(bench_only_in("gguf", "bench_same_model (the GGUF engine against the fp32 one)")),
         fp32=model_dir(config["target"]),
         gguf=gguf_file(config["target"]),
         prompts=BENCH_PROMPTS,
@@ -111,7 +120,7 @@ rule bench_same_model:
 # gguf: our greedy text against llama.cpp's on the same file, from the side-by-side job's plain runs (vs_llamacpp).
 rule bench_llamacpp_agreement:
     input:
-        unpack(bench_plan.only_in("gguf", GGUF, "bench_llamacpp_agreement (our text against llama.cpp's)")),
+        unpack(bench_only_in("gguf", "bench_llamacpp_agreement (our text against llama.cpp's)")),
         runs=expand(f"{R}/vs_llamacpp/runs/{{domain}}.parquet", domain=list(config["domains"])),
         tokenizer=expand(rules.gguf_tokenizer.output[0], model=config["target"]),
     output:
@@ -132,7 +141,7 @@ rule bench_llamacpp_agreement:
 # 8192, fp32 and bf16 heads, 30 rounds). A timing.
 rule bench_feature_head_cost:
     input:
-        unpack(bench_plan.only_in("fp32", GGUF, "bench_feature_head_cost (the fp32 target beside its GGUF file)")),
+        unpack(bench_only_in("fp32", "bench_feature_head_cost (the fp32 target beside its GGUF file)")),
         fp32=model_dir(config["target"]),
         gguf=gguf_file(config["target"]),
     output:
@@ -156,9 +165,9 @@ rule bench_feature_head_cost:
 # prompt, one domain a job (bench_plan.KERNEL_AB). A timing; the script writes its runs and provenance beside it.
 rule bench_kernel_ab:
     input:
-        unpack(bench_plan.only_in("gguf", GGUF, "bench_kernel_ab (the GGUF pair under each product kernel)")),
+        unpack(bench_only_in("gguf", "bench_kernel_ab (the GGUF pair under each product kernel)")),
         target=gguf_file(config["target"]),
-        draft=lambda wildcards: gguf_file(bench_plan.draft_model(config["models"])),
+        draft=lambda wildcards: gguf_file(bench_draft_model(config["models"])),
         prompts=f"{R}/prompts/{{domain}}.parquet",
     output:
         table=f"{R}/tables/kernel_ab_{{domain}}.csv",
