@@ -41,3 +41,9 @@ def test_a_gpu_record_names_the_gpu():
     record = machine.machine_record(2, device="cuda")
     assert record["gpu"]["name"] == torch.cuda.get_device_name(0)
     assert record["id"].startswith(machine.gpu_slug(record["gpu"]))
+
+
+def test_a_machine_id_names_its_cpu_generation_and_an_unknown_one_keeps_its_id():
+    assert machine.cpu_type("amd-epyc-f25m1-avx2-t2-torch2.13.0") == "AMD EPYC Zen 3"
+    assert machine.cpu_type(machine.machine_id(2, "2.13.0", ZEN4)) == "AMD EPYC Zen 4"
+    assert machine.cpu_type("some-new-cpu-avx2-t2-torch2.13.0") == "some-new-cpu-avx2-t2-torch2.13.0"

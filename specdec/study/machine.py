@@ -41,6 +41,19 @@ def cpu_slug(info: dict) -> str:
     return slug
 
 
+# The CPU generations measured so far, by the start of their machine ids (cpu_slug: vendor, family and model)
+CPU_TYPES = {"amd-epyc-f25m1": "AMD EPYC Zen 3", "amd-epyc-f25m17": "AMD EPYC Zen 4",
+             "amd-epyc-f26m2": "AMD EPYC Zen 5", "intel-xeon-f6m167": "Intel Xeon (AMX)"}
+
+
+def cpu_type(machine_id: str) -> str:
+    """A machine id's CPU generation as tables name it ('AMD EPYC Zen 4'), or the id itself for one not listed."""
+    for prefix, name in CPU_TYPES.items():
+        if machine_id.startswith(prefix + "-"):
+            return name
+    return machine_id
+
+
 def kernel_flags(info: dict) -> list[str]:
     flags = set(info["flags"])
     return [name for flag, name in KERNEL_FLAGS.items() if flag in flags] or ["baseline-x86" if info["flags"] else

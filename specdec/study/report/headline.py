@@ -14,18 +14,10 @@ from pathlib import Path
 import pandas as pd
 import yaml
 
+from specdec.study.machine import CPU_TYPES, cpu_type
+
 BEGIN, END = "<!-- headline: begin (python -m specdec.study.report.headline) -->", "<!-- headline: end -->"
 DOMAINS = ("code", "factual", "prose", "dialogue")
-# CPU generations by vendor slug and family/model as the machine id spells them (specdec/study/machine.py)
-CPU_TYPES = {"amd-epyc-f25m1": "AMD EPYC Zen 3", "amd-epyc-f25m17": "AMD EPYC Zen 4",
-             "amd-epyc-f26m2": "AMD EPYC Zen 5", "intel-xeon-f6m167": "Intel Xeon (AMX)"}
-
-
-def cpu_type(machine_id: str) -> str:
-    for prefix, name in CPU_TYPES.items():
-        if machine_id.startswith(prefix + "-"):
-            return name
-    return machine_id
 
 
 def side_by_side_runs(results: Path) -> pd.DataFrame:
