@@ -402,3 +402,48 @@ def test_prompt_lookup_end_to_end_rejects_wrong_sampler(monkeypatch):
     fit, blocks = _end_to_end(lambda: PromptLookupDraft(E2E_VOCAB), samples=SAMPLES // 10)
     _report("prompt lookup, every draft token accepted", fit, blocks)
     assert fit.p_value < THRESHOLD
+
+
+class FirstIds:
+    """A session whose logits are -inf past the first `vocab` ids: what LeanLM.limit_head_vocab gives (its test in
+    tests/test_lean.py shows the logits are exactly those), on the tiny Hugging Face models of these tests."""
+
+    def __init__(self, session, vocab):
+        self.session, self.vocab = session, vocab
+
+    def extend(self, tokens, n_logits):
+        logits = self.session.extend(tokens, n_logits).clone()
+        logits[..., self.vocab:] = float("-inf")
+        return logits
+
+    def __getattr__(self, name):
+        return getattr(self.session, name)
+
+
+@pytest.mark.slow
+def test_a_draft_over_the_first_ids_keeps_the_targets_distribution():
+    """q zero on the ids past the first 3 of 8 (top-k 4 keeps mass there for the target): the rule still emits the
+    target's law, through rejections and the residual (the chi-square test's power: the wrong-sampler test above)."""
+    fit, blocks = _end_to_end(lambda: ModelDraft(FirstIds(PrefixMemoLM(
+        tiny_qwen2(vocab_size=E2E_VOCAB, hidden_size=16, seed=4, init_std=0.3), eos_token_ids=()), 3)))
+    _report("ModelDraft over the first 3 ids", fit, blocks)
+    assert fit.n_samples == SAMPLES and fit.impossible == 0
+    assert fit.p_value > THRESHOLD
+    assert any(a < d for d, a in blocks) and any(a > 0 for _, a in blocks)
+
+
+@pytest.mark.slow
+def test_the_first_ids_test_rejects_a_rule_that_never_leaves_the_drafts_ids(monkeypatch):
+    """Its power where it matters: a rule whose next token never lies past the draft's first 3 ids (the residual's
+    mass there dropped) fails it already at a tenth of the sample size."""
+    original = decode._speculative_step_unchecked
+
+    def within_draft_ids(p, q, draft_tokens, generator):
+        kept, token = original(p, q, draft_tokens, generator)
+        return kept, token if token < 3 else int(torch.argmax(p[kept][:3]))
+
+    monkeypatch.setattr(decode, "_speculative_step_unchecked", within_draft_ids)
+    fit, blocks = _end_to_end(lambda: ModelDraft(FirstIds(PrefixMemoLM(
+        tiny_qwen2(vocab_size=E2E_VOCAB, hidden_size=16, seed=4, init_std=0.3), eos_token_ids=()), 3)),
+        samples=SAMPLES // 10)
+    assert fit.p_value < THRESHOLD

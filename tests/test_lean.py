@@ -523,3 +523,68 @@ def test_the_real_files_compute_their_fp32_models(name, monkeypatch):
     session.reset()
     got = session.extend(ids, len(ids))
     assert (got - expected).abs().max() < 1e-4 * expected.abs().max(), (got - expected).abs().max()
+
+
+# --- a head limited to the first token ids (a model draft's `vocab`) -------------------------------------------------
+@needs_product
+@pytest.mark.parametrize("layout", ["rows", "auto"])
+def test_a_head_limited_to_the_first_ids_gives_their_logits_bit_for_bit_and_minus_infinity_elsewhere(
+        files, layout, monkeypatch):
+    """limit_head_vocab(V): the first V logits are the whole head's, bit for bit (the same rows of the same product;
+    V need not be a whole group of 16 in the grouped layout), every other one is -inf; a step reads fewer bytes."""
+    monkeypatch.setenv(quant.LAYOUT_ENV, layout)
+    model = read_gguf(files["draft"])
+    whole = LeanLM(model)
+    expected = whole.extend(TOKENS[:9], 3)
+    for vocab in (2, 100, 256):
+        limited = LeanLM(model)
+        limited.limit_head_vocab(vocab)
+        logits = limited.extend(TOKENS[:9], 3)
+        assert logits.shape == expected.shape
+        assert torch.equal(logits[:, :vocab], expected[:, :vocab]), vocab
+        assert bool((logits[:, vocab:] == float("-inf")).all()), vocab
+        assert limited.step_bytes() < whole.step_bytes() or vocab == 256
+    for bad in (1, 257, True, 2.5):
+        with pytest.raises(ValueError, match="a head vocabulary must be an integer in 2..256"):
+            LeanLM(model).limit_head_vocab(bad)
+
+
+@needs_product
+def test_a_draft_over_the_first_ids_keeps_greedy_identity_and_proposes_only_those(models, prompts):
+    """The registry's model kind with `vocab`: greedy speculative decoding equals greedy decoding, and every drafted
+    token lies among the first ids (where the target's token does not, the block is cut and the target's kept)."""
+    from specdec.drafts import DraftResources, get_kind
+
+    deep = models["deep"]
+    target = LeanLM(deep)
+    kind = get_kind("model")
+    drafted, rejected = [], 0
+    for prompt in prompts:
+        expected = generate_baseline(target, prompt, max_new_tokens=24)
+        for k in (1, 3):
+            draft = kind.build({"kind": "model", "model": "deep", "vocab": 40},
+                               DraftResources(target=target, vocab_size=256, eos_token_ids=frozenset(),
+                                              draft_model=lambda: LeanLM(deep, layers=1)))
+            original = draft.propose
+
+            def propose(*args, original=original):
+                proposal = original(*args)
+                drafted.extend(proposal.tokens)
+                return proposal
+
+            draft.propose = propose
+            result = generate_speculative(target, draft, prompt, k=k, max_new_tokens=24)
+            assert result.tokens == expected.tokens, (k, prompt.shape)
+            rejected += sum(step.accepted < step.drafted for step in result.steps if step.drafted)
+    assert drafted and max(drafted) < 40 and rejected, (max(drafted), rejected)
+
+
+def test_a_head_vocabulary_is_refused_for_a_model_that_is_not_a_gguf_session():
+    from specdec.drafts import DraftResources, get_kind
+    from specdec.errors import DraftSpecError
+    from specdec.testing import tiny_qwen2
+
+    resources = DraftResources(target=None, vocab_size=64, eos_token_ids=frozenset(),
+                               draft_model=lambda: tiny_qwen2(vocab_size=64, hidden_size=16))
+    with pytest.raises(DraftSpecError, match="`vocab` limits a GGUF file's LM head"):
+        get_kind("model").build({"kind": "model", "model": "x", "vocab": 8}, resources)

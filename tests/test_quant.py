@@ -264,6 +264,22 @@ def test_groups_of_16_rows_give_the_file_layouts_bits(qtype, in_features, kernel
     assert torch.equal(_bits(grouped.matmul(x[:5])), _bits(plain))
 
 
+@pytest.mark.parametrize("qtype", GROUPED_TYPES)
+@pytest.mark.parametrize("layout", ["rows", "r16"])
+def test_a_long_pass_gives_every_row_its_one_row_bits(qtype, layout, kernel, threads):
+    """A prompt's pass: 70 rows of 8960 values (the down product's width) are more than one chunk of inputs per pass
+    over the weights (24-48 rows here) and, on AMX, several tiles of inputs sharing each unpacked group (rows of
+    Q4_K, and Q4_K in groups of 16 from 48 rows on): every row gets the bits of its one-row product on the AVX2
+    kernel, whatever the split."""
+    matrix = random_quant_matrix(qtype, 32, 8960, seed=21).in_layout(layout)
+    torch.manual_seed(21)
+    x, bias = torch.randn(70, 8960), torch.randn(32)
+    with quant.use_kernel("avx2"):
+        alone = torch.cat([matrix.matmul(x[i:i + 1], bias) for i in range(70)])
+    for rows in (70, 33, 17):
+        assert torch.equal(_bits(matrix.matmul(x[:rows], bias)), _bits(alone[:rows])), (kernel, layout, rows)
+
+
 @pytest.mark.skipif(not GGUF_FILES, reason="no GGUF files under resources/gguf (the models stage makes them)")
 @pytest.mark.parametrize("qtype", GROUPED_TYPES)
 def test_the_study_files_weights_give_the_same_bits_in_groups_of_16_rows(qtype, kernel):
@@ -328,7 +344,7 @@ def test_the_native_calls_check_the_grouped_layouts_sizes():
 
 def test_the_layout_a_model_loads_with_follows_the_kernel_and_can_be_named(monkeypatch):
     monkeypatch.delenv(quant.LAYOUT_ENV, raising=False)
-    wide = quant.kernel_name() == "avx512-vnni"
+    wide = quant.kernel_name() in ("avx512-vnni", "amx")
     assert quant.preferred_layout("Q4_K", 32) == ("r16" if wide else "rows")
     assert quant.preferred_layout("Q6_K", 32) == ("r16" if wide else "rows")
     assert quant.preferred_layout("Q5_0", 32) == quant.preferred_layout("Q8_0", 32) == ("r16" if wide else "rows")

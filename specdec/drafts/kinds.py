@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Mapping
 
+from ..errors import DraftSpecError
 from .registry import DraftCost, DraftKind, DraftResources, register
 
 DTYPE = {"enum": ["float32", "bfloat16"],
@@ -14,14 +15,23 @@ MIN_CONFIDENCE = {"type": "number", "minimum": 0,
 LAYERS = {"type": "integer", "minimum": 1, "description": "decoder layers kept"}
 NGRAM = {"type": "integer", "minimum": 1}
 MODEL = {"type": "string", "description": "a model under `models`"}
-MODEL_FIELDS = {"model": MODEL, "dtype": DTYPE, "min_confidence": MIN_CONFIDENCE}
+HEAD_VOCAB = {"type": "integer", "minimum": 2,
+              "description": "draft among the first `vocab` token ids only (the gguf regime): a step reads only those "
+                             "rows of the LM head, q is zero on the other ids; exact whatever the value"}
+MODEL_FIELDS = {"model": MODEL, "dtype": DTYPE, "min_confidence": MIN_CONFIDENCE, "vocab": HEAD_VOCAB}
 LOOKUP_FIELDS = {"ngram_max": NGRAM, "ngram_min": NGRAM}
 
 
 def _model_draft(spec: Mapping, resources: DraftResources):
     from .model import ModelDraft
 
-    return ModelDraft(resources.draft_model(), min_confidence=spec.get("min_confidence"))
+    model = resources.draft_model()
+    if spec.get("vocab") is not None:
+        if not hasattr(model, "limit_head_vocab"):
+            raise DraftSpecError(f"a draft's `vocab` limits a GGUF file's LM head (runtime.weights 'gguf'); this "
+                                 f"draft's model is a {type(model).__name__}")
+        model.limit_head_vocab(int(spec["vocab"]))
+    return ModelDraft(model, min_confidence=spec.get("min_confidence"))
 
 
 def _lookup(spec: Mapping, resources: DraftResources):
@@ -72,16 +82,17 @@ def _untrained_feature_head(spec: Mapping, target):
     return untrained_head(target, None if vocab is None else range(min(vocab, int(target.config.vocab_size))))
 
 
+# A head limited to the first ids (`vocab`) is priced at its measured proposal time: the profiles run whole heads.
 def _named_model_cost(name: str, spec: Mapping) -> DraftCost:
-    return DraftCost(model=spec["model"], dtype=spec.get("dtype"))
+    return DraftCost(model=spec["model"], dtype=spec.get("dtype"), measured=spec.get("vocab") is not None)
 
 
 def _own_model_cost(name: str, spec: Mapping) -> DraftCost:
-    return DraftCost(model=name, dtype=spec.get("dtype"))
+    return DraftCost(model=name, dtype=spec.get("dtype"), measured=spec.get("vocab") is not None)
 
 
 def _plain_model(spec: Mapping) -> bool:
-    return spec.get("min_confidence") is None
+    return spec.get("min_confidence") is None and spec.get("vocab") is None
 
 
 register(DraftKind(

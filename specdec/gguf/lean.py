@@ -95,14 +95,28 @@ class LeanLM(KeepsFeatures):
                        if fused and fused_layers.available() else None)
         self._length = 0
         self.last_hidden: torch.Tensor | None = None
+        self.head_vocab: int | None = None  # limit_head_vocab
+        self._head = self.model.output
 
     @property
     def length(self) -> int:
         return self._length
 
+    def limit_head_vocab(self, vocab: int) -> None:
+        """From now on this session's logits are those of the first `vocab` token ids (the LM head's first rows: a
+        step reads only them) and -inf for every other id, so a draft over it proposes among those ids only, its q
+        zero elsewhere. Exactness does not depend on it (the rule takes the q the draft sampled from; where the
+        target wants another id the residual gives it); acceptance does. Ids are ranked by the tokenizer's merge
+        order, which roughly follows frequency: the first ids are the commonest pieces."""
+        if isinstance(vocab, bool) or not isinstance(vocab, int) or not 2 <= vocab <= self.vocab_size:
+            raise ValueError(f"a head vocabulary must be an integer in 2..{self.vocab_size}, got {vocab!r}")
+        whole = quant.R16_ROWS if self.model.output.layout == "r16" else 1
+        self._head = self.model.output.first_rows(min(-(-vocab // whole) * whole, self.model.output.out_features))
+        self.head_vocab = vocab
+
     def step_bytes(self) -> int:
-        """Bytes a one-token step reads (the layers this session runs, the final norm and head)."""
-        return self.model.step_bytes(len(self.layers))
+        """Bytes a one-token step reads (the layers this session runs, the final norm and the head's rows it runs)."""
+        return self.model.step_bytes(len(self.layers)) - self.model.head_bytes() + self._head.nbytes
 
     def kernel_for(self, rows: int) -> str:
         """Recorded with each step (decode.StepRecord.kernel): one product kernel for every row count."""
@@ -176,7 +190,10 @@ class LeanLM(KeepsFeatures):
             self._features.append(torch.cat([normed, *layer_outputs], dim=1) if layer_outputs else normed)
             last = normed[rows - n_logits:]
         head_begin = time.perf_counter()
-        logits = self.model.output.matmul(last)
+        logits = self._head.matmul(last)
+        if self.head_vocab is not None:  # the other ids' logits: -inf (q zero there)
+            logits = torch.cat([logits[:, :self.head_vocab],
+                                logits.new_full((n_logits, self.vocab_size - self.head_vocab), float("-inf"))], dim=1)
         if times is not None:
             times.update(embedding=marks[0] - begin, layers=layer_times, norm=head_begin - norm_begin,
                          lm_head=time.perf_counter() - head_begin)

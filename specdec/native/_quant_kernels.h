@@ -1166,6 +1166,12 @@ SPECIALISE8(row_q8_0_512, act_32, TARGET512)
 #define TARGET_AMX __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni,amx-tile,amx-int8")))
 #define AMX_TILE 16       /* outputs per tile, and the most inputs one tile holds */
 #define AMX_MIN_INPUTS 3  /* one or two rows run faster on the AVX-512 row functions (bench/quant_kernel.py) */
+/* Q4_K in groups of 16 rows: fewer rows run faster on the AVX-512 group functions, whose one-row and few-row passes
+ * beat the row layout's (the Intel Xeon, bench/lean_step.py: a target step 45 ms against 57, a pass over 3 / 5 rows
+ * 55 / 70 ms against 69 / 77); unpacking a group's blocks for the tiles from this layout costs more than from the
+ * file's rows, and pays only over many tiles (a 17920 x 1536 product on 2 threads: 2.95 / 3.37 ms at 32 rows on
+ * the group functions / the tiles, 4.36 / 4.10 at 48, 5.85 / 5.00 at 64) */
+#define AMX_MIN_INPUTS_R16 48
 
 typedef struct {
     uint8_t palette, start_row, reserved[14];
@@ -1219,23 +1225,47 @@ typedef struct {
     int32_t mins[AMX_TILE][4];
 } amx_block;
 
-/* Output o's block at w into u; the same block of the next group's row (ahead) is asked for while this one is
- * unpacked, so that the group's rows stream from memory in the tiles' order. */
-TARGET_AMX static inline void amx_unpack_block(amx_block *u, int o, const uint8_t *w, const uint8_t *ahead) {
-    _mm_prefetch((const char *)ahead, _MM_HINT_T0);
-    _mm_prefetch((const char *)(ahead + 64), _MM_HINT_T0);
-    _mm_prefetch((const char *)(ahead + 128), _MM_HINT_T0);
-    u->d[o] = half(w);
-    u->dmin[o] = half(w + 2);
-    const __m256i scales_mins = q4k_scales_mins(w + 4);
+/* Output o's block into u from its parts (both layouts): d and dmin, the scales and mins as q4k_scales_mins gives
+ * them, and the 32 quant bytes of each of the block's four pieces. */
+TARGET_AMX static inline void amx_unpack_parts(amx_block *u, int o, float d, float dmin, __m256i scales_mins,
+                                               const uint8_t *const chunks[4]) {
+    u->d[o] = d;
+    u->dmin[o] = dmin;
     _mm_storeu_si128((__m128i *)u->mins[o], _mm256_extracti128_si256(scales_mins, 1));
     const __m512i scales = _mm512_castsi256_si512(scales_mins);
     for (int p = 0; p < 4; p++) {
-        const __m512i q = q4k_piece(w, p);
+        const __m512i q = _mm512_and_si512(twice_shifted(chunks[p], 4), _mm512_set1_epi8(0x0F)); /* q4k_piece */
         const __m512i scale = _mm512_permutexvar_epi16(_mm512_load_si512(HALVES[p]), scales);
         _mm512_store_si512(u->lo[p][o], _mm512_mullo_epi16(q, _mm512_and_si512(scale, _mm512_set1_epi16(7))));
         _mm512_store_si512(u->hi[p][o], _mm512_mullo_epi16(q, _mm512_srli_epi16(scale, 3)));
     }
+}
+
+/* Output o's block at w (the file's layout) into u; the same block of the next group's row (ahead) is asked for
+ * while this one is unpacked, so that the group's rows stream from memory in the tiles' order. */
+TARGET_AMX static inline void amx_unpack_block(amx_block *u, int o, const uint8_t *w, const uint8_t *ahead) {
+    _mm_prefetch((const char *)ahead, _MM_HINT_T0);
+    _mm_prefetch((const char *)(ahead + 64), _MM_HINT_T0);
+    _mm_prefetch((const char *)(ahead + 128), _MM_HINT_T0);
+    const uint8_t *const chunks[4] = {w + 16, w + 48, w + 80, w + 112};
+    amx_unpack_parts(u, o, half(w), half(w + 2), q4k_scales_mins(w + 4), chunks);
+}
+
+/* Row o of a Q4_K group's block g (Q4_K_R16: its bytes where q4k_pack_block put them) into u. */
+TARGET_AMX static inline void amx_unpack_block_r16(amx_block *u, int o, const uint8_t *g) {
+    int16_t scales_mins[16];
+    for (int j = 0; j < 8; j++) {
+        scales_mins[j] = g[q4k_r16_scale_at(j, o)];
+        scales_mins[8 + j] = g[q4k_r16_min_at(j, o)];
+    }
+    uint8_t quants[4][32] __attribute__((aligned(32)));
+    const __m256i quads = _mm256_setr_epi32(0, 64, 128, 192, 256, 320, 384, 448); /* a piece's 4-byte quads of row o */
+    for (int p = 0; p < 4; p++)
+        _mm256_store_si256((__m256i *)quants[p],
+                           _mm256_i32gather_epi32((const int *)(g + R16_QS + 512 * p + 4 * o), quads, 1));
+    const uint8_t *const chunks[4] = {quants[0], quants[1], quants[2], quants[3]};
+    amx_unpack_parts(u, o, half(g + R16_D + 2 * o), half(g + R16_DMIN + 2 * o),
+                     _mm256_loadu_si256((const __m256i *)scales_mins), chunks);
 }
 
 /* Block b of the group's 16 rows (the first at w + n0 rows, `stride` bytes apart) into u. */
@@ -1248,9 +1278,11 @@ TARGET_AMX static inline void amx_unpack_group_block(amx_block *u, const uint8_t
 }
 
 /* y[i][n0 + o] for the 16 outputs o of one group (rows `stride` bytes apart from w) and every input i: per block the
- * tiles, then (while they run) the next block's rows unpacked, then the float epilogue on 16 lanes (one per input). */
+ * tiles, then (while they run) the next block's rows unpacked, then the float epilogue on 16 lanes (one per input).
+ * unpacked: NULL, or the group's blocks already unpacked (amx_matmul_q4_k: shared by every tile of inputs). */
 TARGET_AMX static void amx_group(const uint8_t *w, int64_t stride, const amx_inputs *in, int64_t blocks,
-                                 const float *bias, float *y, int64_t ldy, int64_t n0, int64_t N16) {
+                                 const float *bias, float *y, int64_t ldy, int64_t n0, int64_t N16,
+                                 const amx_block *unpacked) {
     const int nx = in->inputs;
     amx_block u[2]; /* blocks alternate: the next one is unpacked while the tiles still read this one */
     __m512 acc[AMX_TILE][8]; /* q4k_flush's eight accumulators (block b into b mod 8), each on 16 inputs */
@@ -1259,9 +1291,9 @@ TARGET_AMX static void amx_group(const uint8_t *w, int64_t stride, const amx_inp
     memset(c1, 0, sizeof c1);
     memset(c2, 0, sizeof c2);
     const int64_t ahead = n0 + 2 * AMX_TILE <= N16 ? AMX_TILE * stride : 0; /* the next group's rows, if any */
-    amx_unpack_group_block(&u[0], w, stride, n0, 0, ahead);
+    if (!unpacked) amx_unpack_group_block(&u[0], w, stride, n0, 0, ahead);
     for (int64_t b = 0; b < blocks; b++) {
-        const amx_block *ub = &u[b & 1];
+        const amx_block *ub = unpacked ? &unpacked[b] : &u[b & 1];
         _tile_zero(0);
         _tile_zero(1);
         for (int p = 0; p < 4; p++) {
@@ -1271,7 +1303,7 @@ TARGET_AMX static void amx_group(const uint8_t *w, int64_t stride, const amx_inp
             _tile_dpbusd(0, 2, 4);
             _tile_dpbusd(1, 3, 4);
         }
-        if (b + 1 < blocks) amx_unpack_group_block(&u[(b + 1) & 1], w, stride, n0, b + 1, ahead);
+        if (!unpacked && b + 1 < blocks) amx_unpack_group_block(&u[(b + 1) & 1], w, stride, n0, b + 1, ahead);
         _tile_stored(0, c1, 64);
         _tile_stored(1, c2, 64);
         const __m512 dx = _mm512_loadu_ps(in->d + b * 16);
@@ -1296,29 +1328,70 @@ TARGET_AMX static void amx_group(const uint8_t *w, int64_t stride, const amx_inp
     }
 }
 
-/* The Q4_K product of the first N16 outputs (a multiple of 16) with nx <= AMX_TILE inputs on AMX tiles. */
-TARGET_AMX static int amx_matmul_q4_k(const uint8_t *w, int64_t stride, const act_k *const *x, int nx,
-                                      const float *bias, float *y, int64_t ldy, int64_t N16, int64_t K, int threads) {
-    amx_inputs in;
-    if (amx_prepare_inputs(&in, x, nx, K)) {
-        amx_free_inputs(&in);
-        return -1;
+/* The tile configuration for tiles of nx inputs: C (0, 1) 16 outputs x nx int32, A (2, 3) 16 x 64 bytes, B (4) 16 x
+ * 4 nx bytes. */
+TARGET_AMX static void amx_configure(int nx) {
+    tile_config cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.palette = 1;
+    for (int t = 0; t < 5; t++) cfg.rows[t] = 16;
+    cfg.colsb[0] = cfg.colsb[1] = cfg.colsb[4] = (uint16_t)(4 * nx);
+    cfg.colsb[2] = cfg.colsb[3] = 64;
+    _tile_loadconfig(&cfg);
+}
+
+/* The Q4_K product of the first N16 outputs (a multiple of 16) with M inputs on AMX tiles, in as few tiles of inputs
+ * as hold them, of even sizes (17 rows: 9 + 8). One tile (a verify pass): each block unpacked while the tiles read
+ * the one before. More (a prompt): a group's blocks are unpacked once into a buffer of the thread's and every tile
+ * of inputs runs over them, instead of unpacking the group again per tile (the unpacking, not the tiles, is most of
+ * a block's work). A tile's operations and their order are the same either way: the same bits. */
+TARGET_AMX static int amx_matmul_q4_k(const uint8_t *w, int64_t stride, int grouped, const act_k *const *x,
+                                      int64_t M, const float *bias, float *y, int64_t ldy, int64_t N16, int64_t K,
+                                      int threads) {
+    const int64_t tiles = (M + AMX_TILE - 1) / AMX_TILE, blocks = K / QK;
+    const int unpack_once = tiles > 1 || grouped;
+    amx_inputs *in = calloc((size_t)tiles, sizeof(amx_inputs));
+    int64_t *first = malloc(sizeof(int64_t) * (size_t)tiles);
+    amx_block *unpacked = unpack_once ? aligned_alloc(64, sizeof(amx_block) * (size_t)(blocks * threads)) : NULL;
+    int failed = !in || !first || (unpack_once && !unpacked);
+    for (int64_t t = 0, i0 = 0; !failed && t < tiles; t++) {
+        const int nx = (int)(M / tiles + (t < M % tiles));
+        first[t] = i0;
+        failed = amx_prepare_inputs(&in[t], x + i0, nx, K);
+        i0 += nx;
     }
+    if (!failed) {
 #pragma omp parallel num_threads(threads)
-    {
-        tile_config cfg;
-        memset(&cfg, 0, sizeof cfg);
-        cfg.palette = 1;
-        for (int t = 0; t < 5; t++) cfg.rows[t] = 16;
-        cfg.colsb[0] = cfg.colsb[1] = cfg.colsb[4] = (uint16_t)(4 * nx);
-        cfg.colsb[2] = cfg.colsb[3] = 64;
-        _tile_loadconfig(&cfg);
+        {
+            amx_block *mine = unpacked ? unpacked + blocks * omp_get_thread_num() : NULL;
+            int configured = 0; /* the nx the tiles are configured for */
 #pragma omp for schedule(static)
-        for (int64_t g = 0; g < N16 / AMX_TILE; g++) amx_group(w, stride, &in, K / QK, bias, y, ldy, g * AMX_TILE, N16);
-        _tile_release();
+            for (int64_t g = 0; g < N16 / AMX_TILE; g++) {
+                /* the group's 16 rows (the file's: `stride` bytes apart from w + n0 rows; grouped: group g's blocks),
+                 * unpacked once here for every tile of inputs, or (one tile of the file's rows) by amx_group */
+                const int64_t n0 = g * AMX_TILE;
+                const uint8_t *wg = grouped ? w + g * blocks * R16_Q4K_BYTES : w + n0 * stride;
+                if (grouped)
+                    for (int64_t b = 0; b < blocks; b++)
+                        for (int o = 0; o < AMX_TILE; o++) amx_unpack_block_r16(&mine[b], o, wg + b * R16_Q4K_BYTES);
+                else if (mine) {
+                    const int64_t ahead = n0 + 2 * AMX_TILE <= N16 ? AMX_TILE * stride : 0;
+                    for (int64_t b = 0; b < blocks; b++) amx_unpack_group_block(&mine[b], wg, stride, 0, b, ahead);
+                }
+                for (int64_t t = 0; t < tiles; t++) {
+                    if (in[t].inputs != configured) amx_configure(configured = in[t].inputs);
+                    amx_group(wg, stride, &in[t], blocks, bias ? bias + n0 : NULL, y + first[t] * ldy + n0, ldy, 0,
+                              mine ? AMX_TILE : N16 - n0, mine);
+                }
+            }
+            if (configured) _tile_release();
+        }
     }
-    amx_free_inputs(&in);
-    return 0;
+    for (int64_t t = 0; in && t < tiles; t++) amx_free_inputs(&in[t]);
+    free(in);
+    free(first);
+    free(unpacked);
+    return failed ? -1 : 0;
 }
 
 static int is_k_quant(int type) { return type == Q4_K || type == Q6_K || type == Q4_K_R16 || type == Q6_K_R16; }
@@ -1407,6 +1480,22 @@ TARGET static int r16_matmul(int type, const uint8_t *w, const void **rows, cons
     return 0;
 }
 
+/* Inputs per pass over the weights on the row and group code: as many as keep their quantised activations within
+ * CHUNK_BYTES (L2), so that a long pass (a prompt: 512 rows of the 8960-wide down product are 5 MB) reads them from
+ * L2 for every output row rather than from L3 or memory, at the price of reading the weights once per chunk; a pass
+ * of a few rows (a decoding step, a verify pass) is one chunk. Chunks change no value: an output's every input is
+ * formed the same way whichever inputs share its pass. */
+#define CHUNK_BYTES (512 * 1024)
+
+static int64_t chunk_rows(int type, int64_t K, int64_t M) {
+    const int row = row_type_of(type) >= 0 ? row_type_of(type) : type;
+    const int64_t per_row = row == F32 || row == F16 ? K * (int64_t)sizeof(float)
+                            : is_k_quant(row)       ? (int64_t)sizeof(act_k) * (K / QK)
+                                                    : (int64_t)sizeof(act_32) * (K / Q32);
+    const int64_t rows = CHUNK_BYTES / per_row / GROUP512 * GROUP512;
+    return rows < GROUP512 ? GROUP512 : rows < M ? rows : M;
+}
+
 /* y (M x N, rows ldy floats apart) = x (M x K) @ W^T (+ b): W's rows of ggml blocks, `stride` bytes apart (the
  * grouped types: groups of 16 rows, N a multiple of 16: the caller checks); `kernel` one that kernel_supported()
  * accepts (the caller checks). */
@@ -1433,8 +1522,18 @@ TARGET static int matmul(int type, const uint8_t *w, int64_t stride, const float
                 quantize_row_32(x + i * K, (act_32 *)rows[i], K, act_offset(type, wide));
         }
     }
+    if (kernel == KERNEL_AMX && type == Q4_K_R16 && M >= AMX_MIN_INPUTS_R16) {
+        const int failed = amx_matmul_q4_k(w, stride, 1, (const act_k *const *)rows, M, bias, y, ldy, N, K, threads);
+        free(acts);
+        free(rows);
+        return failed;
+    }
     if (is_grouped(type)) {
-        const int failed = r16_matmul(type, w, rows, bias, y, ldy, N, K, M, threads, kernel);
+        int failed = 0;
+        const int64_t chunk = chunk_rows(type, K, M);
+        for (int64_t i0 = 0; i0 < M && !failed; i0 += chunk)
+            failed = r16_matmul(type, w, rows + i0, bias, y + i0 * ldy, ldy, N, K, M - i0 < chunk ? M - i0 : chunk,
+                                threads, kernel);
         free(acts);
         free(rows);
         return failed;
@@ -1444,23 +1543,23 @@ TARGET static int matmul(int type, const uint8_t *w, int64_t stride, const float
     int64_t n_first = 0;
     int failed = 0;
     if (kernel == KERNEL_AMX && type == Q4_K && M >= AMX_MIN_INPUTS && N >= AMX_TILE) {
-        const int64_t tiles = (M + AMX_TILE - 1) / AMX_TILE;
         n_first = N / AMX_TILE * AMX_TILE;
-        for (int64_t t = 0, i0 = 0; t < tiles; t++) {
-            const int nx = (int)(M / tiles + (t < M % tiles));
-            failed |= amx_matmul_q4_k(w, stride, (const act_k *const *)(rows + i0), nx, bias, y + i0 * ldy, ldy,
-                                      n_first, K, threads);
-            i0 += nx;
-        }
+        failed = amx_matmul_q4_k(w, stride, 0, (const act_k *const *)rows, M, bias, y, ldy, n_first, K, threads);
     }
+    const int64_t chunk = chunk_rows(type, K, M);
+    for (int64_t i0 = 0; i0 < M && n_first < N; i0 += chunk) {
+        const int64_t mc = M - i0 < chunk ? M - i0 : chunk;
 #pragma omp parallel for num_threads(threads) schedule(static)
-    for (int64_t n = n_first; n < N; n++) {
-        const uint8_t *wn = w + n * stride;
-        /* ask for the bytes PREFETCH_BYTES ahead of this row now: the row's arithmetic then overlaps their reading
-         * (without it a step read the weights at a third of the machine's bandwidth; a prefetch changes no value) */
-        for (int64_t off = PREFETCH_BYTES; off < PREFETCH_BYTES + stride && n * stride + off < N * stride; off += 64)
-            _mm_prefetch((const char *)(wn + off), _MM_HINT_T0);
-        product_row(type, wn, rows, M, wide, K, bias ? bias + n : NULL, y + n, ldy);
+        for (int64_t n = n_first; n < N; n++) {
+            const uint8_t *wn = w + n * stride;
+            /* ask for the bytes PREFETCH_BYTES ahead of this row now: the row's arithmetic then overlaps their
+             * reading (without it a step read the weights at a third of the machine's bandwidth; a prefetch changes
+             * no value) */
+            for (int64_t off = PREFETCH_BYTES; off < PREFETCH_BYTES + stride && n * stride + off < N * stride;
+                 off += 64)
+                _mm_prefetch((const char *)(wn + off), _MM_HINT_T0);
+            product_row(type, wn, rows + i0, mc, wide, K, bias ? bias + n : NULL, y + i0 * ldy + n, ldy);
+        }
     }
     free(acts);
     free(rows);
