@@ -2,7 +2,7 @@
 bandwidth floor (the bytes a step reads / the machine's read bandwidth, measured in the same process).
 
     python bench/lean_step.py [--gguf resources/gguf/qwen2.5-coder-1.5b-instruct.gguf] [--m 1 2 3 5 9 16]
-                              [--kernels avx2 avx512-vnni]
+                              [--kernels avx2 avx512-vnni] [--head-vocab 65536]
 
 Passes are interleaved per repeat (each crops back to the context first), and so are the product kernels (every one
 this CPU runs, unless named; they give the same bits) on the file's row layout, and the layout a model loads with by
@@ -33,6 +33,8 @@ def main() -> None:
     parser.add_argument("--layers", type=int, default=None, help="run only the first N layers (a truncated draft)")
     parser.add_argument("--kernels", nargs="+", default=None,
                         help="product kernels to time (default: all this CPU runs)")
+    parser.add_argument("--head-vocab", type=int, default=None,
+                        help="also time the sessions with their head limited to the first N ids (a draft's vocab)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     os.environ[quant.LAYOUT_ENV] = "rows"
@@ -40,6 +42,10 @@ def main() -> None:
     os.environ[quant.LAYOUT_ENV] = "auto"
     if quant.kernel_label() != quant.kernel_name():  # models load in another layout here: that one too
         sessions["grouped"] = LeanLM(args.gguf, layers=args.layers)
+    if args.head_vocab:
+        for layout, session in list(sessions.items()):
+            limited = sessions[f"{layout}-v{args.head_vocab}"] = LeanLM(session.model, layers=args.layers)
+            limited.limit_head_vocab(args.head_vocab)
     generator = torch.Generator().manual_seed(0)
     vocab = sessions["rows"].vocab_size
     context = torch.randint(0, vocab, (args.context,), generator=generator).tolist()
@@ -47,7 +53,8 @@ def main() -> None:
     for session in sessions.values():
         session.extend(context, 1)
     kernels = args.kernels or list(quant.kernels())
-    variants = [(kernel, "rows") for kernel in kernels] + [(quant.kernel_name(), "grouped")] * ("grouped" in sessions)
+    variants = [(kernel, "rows") for kernel in kernels] + [(quant.kernel_name(), layout) for layout in sessions
+                                                           if layout != "rows"]
     cells = [(variant, m) for variant in variants for m in args.m]
     times = {cell: [] for cell in cells}
     for repeat in range(args.repeats + 1):  # the first round warms up

@@ -45,7 +45,7 @@ def ours(session: LeanLM, tokens: list[int], kernel: str) -> float:
         return time.perf_counter() - start
 
 
-def main() -> None:
+def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--gguf", default="resources/gguf/qwen2.5-coder-1.5b-instruct.gguf")
     parser.add_argument("--n", type=int, default=512, help="prompt positions (llama-bench's pp512: 512)")
@@ -57,7 +57,7 @@ def main() -> None:
     parser.add_argument("--no-repack", action="store_true",
                         help="llama.cpp with its weight repacking off (an Intel Xeon with AMX: its repacked weights crash)")
     parser.add_argument("--out", default=None)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     if args.n < 1 or args.rounds < 1:
         parser.error("--n and --rounds must be positive")
     torch.set_num_threads(args.threads)

@@ -1,0 +1,81 @@
+"""bench/prompt_pass.py and bench/heldout_cli.py (experiments/cpu-lead) on tiny GGUF files: they run, write the rows
+they claim, and refuse what they cannot run (their timings belong to the experiment, not to a test)."""
+
+import runpy
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+
+from specdec import testing
+from specdec.gguf import quant
+
+BENCH = Path(__file__).resolve().parents[1] / "bench"
+needs_product = pytest.mark.skipif(not quant.available(), reason="specdec.native._quant not built")
+
+
+@pytest.fixture(scope="module")
+def prompt_pass():
+    return runpy.run_path(str(BENCH / "prompt_pass.py"))
+
+
+@pytest.fixture(scope="module")
+def heldout():
+    return runpy.run_path(str(BENCH / "heldout_cli.py"))
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    root = tmp_path_factory.mktemp("cpu-lead")
+    scales = testing.GGUF_TARGET_SCALES
+    return {"target": testing.tiny_gguf_with_tokenizer(root / "target.gguf", layers=2, norm_scale=scales),
+            "draft": testing.tiny_gguf_with_tokenizer(root / "draft.gguf", layers=1, norm_scale=scales[:1])}
+
+
+@needs_product
+def test_the_prompt_pass_is_timed_per_kernel_and_written_per_round(prompt_pass, files, tmp_path):
+    out = tmp_path / "pp.csv"
+    prompt_pass["main"](["--gguf", str(files["target"]), "--n", "40", "--rounds", "2", "--threads", "1",
+                         "--out", str(out)])
+    frame = pd.read_csv(out)
+    assert set(frame.engine) == {f"specdec:{kernel}" for kernel in quant.kernels()}
+    assert len(frame) == 2 * len(quant.kernels()) and (frame.n_prompt == 40).all()
+    assert (frame.tokens_per_s - 40 / frame.seconds).abs().max() < 1e-9 and (frame.seconds > 0).all()
+
+
+def test_the_prompt_pass_refuses_a_kernel_the_cpu_does_not_run(prompt_pass, files, capsys):
+    with pytest.raises(SystemExit):
+        prompt_pass["main"](["--gguf", str(files["target"]), "--kernels", "avx1024"])
+    assert "kernels ['avx1024'] are not product kernels this CPU runs" in capsys.readouterr().err
+
+
+def test_llama_bench_is_asked_for_one_prompt_pass(prompt_pass):
+    cmd = prompt_pass["llama_bench_command"](Path("bin"), "t.gguf", 512, 2, repack=False)
+    assert cmd[:1] == ["bin/llama-bench"] and cmd[cmd.index("-p") + 1] == "512" and cmd[cmd.index("-n") + 1] == "0"
+    assert cmd[-2:] == ["--repack", "0"]
+    assert "--repack" not in prompt_pass["llama_bench_command"](Path("bin"), "t.gguf", 512, 2, repack=True)
+
+
+def test_the_heldout_drafts_are_the_command_lines_options(heldout):
+    args = heldout["draft_arguments"]
+    assert args("model:2", "d.gguf") == ["--draft", "d.gguf", "--k", "2"]
+    assert args("model-v4096:3", "d.gguf") == ["--draft", "d.gguf", "--draft-option", "vocab=4096", "--k", "3"]
+    assert args("lookup:2", "d.gguf") == ["--draft-kind", "prompt_lookup", "--k", "2"]
+    assert args("hybrid:1", "d.gguf") == ["--draft-kind", "hybrid", "--draft", "d.gguf", "--k", "1"]
+    for bad in ("model", "model:0", "tree:2", "model-vx:2"):
+        with pytest.raises(ValueError, match=f"draft '{bad}'"):
+            args(bad, "d.gguf")
+
+
+@needs_product
+def test_the_heldout_check_runs_the_command_line_and_records_identity(heldout, files, tmp_path):
+    prompts = tmp_path / "prompts.yaml"
+    prompts.write_text(yaml.safe_dump([{"category": "greeting", "prompt": "hello world"}]))
+    out = tmp_path / "heldout.csv"
+    heldout["main"](["--prompts", str(prompts), "--target", str(files["target"]), "--draft-file",
+                     str(files["draft"]), "--drafts", "model:2", "model-v40:2", "--max-new-tokens", "6",
+                     "--threads", "1", "--out", str(out)])
+    frame = pd.read_csv(out)
+    assert list(frame.draft) == ["model:2", "model-v40:2"] and frame.greedy_identical.all()
+    assert (frame.new_tokens == 6).all() and (frame.prompt_tokens > 2).all() and (frame.speedup > 0).all()
