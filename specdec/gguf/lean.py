@@ -110,8 +110,8 @@ class LeanLM(KeepsFeatures):
         order, which roughly follows frequency: the first ids are the commonest pieces."""
         if isinstance(vocab, bool) or not isinstance(vocab, int) or not 2 <= vocab <= self.vocab_size:
             raise ValueError(f"a head vocabulary must be an integer in 2..{self.vocab_size}, got {vocab!r}")
-        whole = quant.R16_ROWS if self.model.output.layout == "r16" else 1
-        self._head = self.model.output.first_rows(min(-(-vocab // whole) * whole, self.model.output.out_features))
+        head, whole = self.model.output, self.model.output.rows_per_group
+        self._head = head.first_rows(min(-(-vocab // whole) * whole, head.out_features))
         self.head_vocab = vocab
 
     def step_bytes(self) -> int:

@@ -89,7 +89,7 @@ LAYOUT_ENV = "SPECDEC_QUANT_LAYOUT"
 def preferred_layout(qtype: str, out_features: int) -> str:
     """The layout a matrix of this type and height is given when a model loads: "r16" for the types that have it
     (`R16_BLOCK_BYTES`; whole groups of 16 rows) where the product kernel is avx512-vnni or amx (measured faster
-    there: docs/quantized.md; amx runs Q4_K passes of 6 or more rows of that layout on its tiles), else "rows";
+    there: docs/quantized.md; amx runs Q4_K passes of 48 or more rows of that layout on its tiles), else "rows";
     $SPECDEC_QUANT_LAYOUT=rows keeps every matrix in the file's rows. Either layout gives the same bits."""
     wanted = os.environ.get(LAYOUT_ENV, "auto")
     if wanted not in ("auto", "rows"):
@@ -177,10 +177,15 @@ class QuantMatrix:
         convert(self.qtype, self.raw.data_ptr(), out.data_ptr(), self.out_features, self.in_features)
         return QuantMatrix(out, self.qtype, self.in_features, self.name, layout)
 
+    @property
+    def rows_per_group(self) -> int:
+        """The rows its layout keeps together (16 in r16, 1 in rows): a slice of rows holds whole groups of them."""
+        return R16_ROWS if self.layout == "r16" else 1
+
     def first_rows(self, rows: int) -> QuantMatrix:
-        """The matrix of this one's first `rows` rows (a whole number of groups of 16 in layout r16), sharing its
-        bytes: a head that computes the logits of the first token ids only."""
-        whole = R16_ROWS if self.layout == "r16" else 1
+        """The matrix of this one's first `rows` rows (a whole number of `rows_per_group`), sharing its bytes: a head
+        that computes the logits of the first token ids only."""
+        whole = self.rows_per_group
         if not isinstance(rows, int) or not 0 < rows <= self.out_features or rows % whole:
             raise ValueError(f"tensor {self.name!r}: first_rows takes 1..{self.out_features} rows"
                              f"{f' in whole groups of {whole}' if whole > 1 else ''}, got {rows!r}")

@@ -782,10 +782,14 @@ TARGET512 static inline __m512i twice_shifted(const uint8_t *p, int shift) {
     return _mm512_mask_srl_epi16(v, 0xFFFF0000u, v, _mm_cvtsi32_si128(shift));
 }
 
-/* Q4_K piece p of a block: values 64p..64p+31 (low nibbles), then 64p+32..64p+63 (high): the activations' order */
-TARGET512 static inline __m512i q4k_piece(const uint8_t *w, int p) {
-    return _mm512_and_si512(twice_shifted(w + 16 + 32 * p, 4), _mm512_set1_epi8(0x0F));
+/* A Q4_K piece's 32 quant bytes as its 64 values: the low nibbles (values 0..31 of the piece), then the high ones
+ * (32..63): the activations' order */
+TARGET512 static inline __m512i q4k_nibbles(const uint8_t *chunk) {
+    return _mm512_and_si512(twice_shifted(chunk, 4), _mm512_set1_epi8(0x0F));
 }
+
+/* Q4_K piece p of a block in the file's layout: values 64p..64p+63 */
+TARGET512 static inline __m512i q4k_piece(const uint8_t *w, int p) { return q4k_nibbles(w + 16 + 32 * p); }
 
 TARGET512 static inline __attribute__((always_inline)) void row_q4_k_512(const uint8_t *w, const act_k *const *x,
                                                                          int nx, int64_t K, float *out) {
@@ -1234,7 +1238,7 @@ TARGET_AMX static inline void amx_unpack_parts(amx_block *u, int o, float d, flo
     _mm_storeu_si128((__m128i *)u->mins[o], _mm256_extracti128_si256(scales_mins, 1));
     const __m512i scales = _mm512_castsi256_si512(scales_mins);
     for (int p = 0; p < 4; p++) {
-        const __m512i q = _mm512_and_si512(twice_shifted(chunks[p], 4), _mm512_set1_epi8(0x0F)); /* q4k_piece */
+        const __m512i q = q4k_nibbles(chunks[p]);
         const __m512i scale = _mm512_permutexvar_epi16(_mm512_load_si512(HALVES[p]), scales);
         _mm512_store_si512(u->lo[p][o], _mm512_mullo_epi16(q, _mm512_and_si512(scale, _mm512_set1_epi16(7))));
         _mm512_store_si512(u->hi[p][o], _mm512_mullo_epi16(q, _mm512_srli_epi16(scale, 3)));
