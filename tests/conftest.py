@@ -2,6 +2,13 @@ import pytest
 import torch
 
 
+@pytest.fixture(autouse=True)
+def _no_kernel_plans(monkeypatch):
+    """Models load with the default kernel and layouts: no test times kernels at load or writes the user's cache
+    (tests/test_kernel_plan.py turns the plans on, with a cache of its own)."""
+    monkeypatch.setenv("SPECDEC_KERNEL_PLAN", "off")
+
+
 @pytest.fixture(autouse=True, scope="session")
 def _single_thread():
     # Tiny models run ~10x faster on one thread than on two busy ones.
@@ -17,7 +24,7 @@ def threads(request):
     torch.set_num_threads(before)
 
 
-ALL_PRODUCT_KERNELS = ("avx2", "avx512-vnni", "amx")  # specdec/native/_quant_kernels.h's, slowest first
+ALL_PRODUCT_KERNELS = ("avx2", "avx512-vnni-256", "avx512-vnni", "amx")  # specdec/native/_quant_kernels.h's
 
 
 @pytest.fixture(params=ALL_PRODUCT_KERNELS)

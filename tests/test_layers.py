@@ -42,7 +42,7 @@ def test_the_files_cover_every_product_layout(models):
     assert {(1, 1), (2, 1), (3, 2)} <= layouts
 
 
-@pytest.mark.parametrize("kernel_name", ["avx2", "avx512-vnni"])
+@pytest.mark.parametrize("kernel_name", ["avx2", "avx512-vnni-256", "avx512-vnni"])
 @pytest.mark.parametrize("file", ["target", "draft"])
 def test_a_model_in_either_layout_gives_the_same_bits(tmp_path, monkeypatch, kernel_name, file, threads):
     """The target's Q4_K and Q6_K matrices, and the draft's Q5_0 and Q8_0 ones, loaded in the file's rows and in

@@ -55,7 +55,10 @@ def rotary_tables(head_dim: int, theta: float, length: int) -> tuple[torch.Tenso
 
 def product_kernel(model: GGUFModel | None = None) -> str:
     """The name recorded with each step for the products this engine runs on: the product kernel, and "-r16" where
-    the model's matrices are in groups of 16 rows (without a model: where models load that way now)."""
+    the model's matrices are in groups of 16 rows (without a model: where models load that way now); a measured
+    kernel plan's label where the model loaded with one (kernel_plan.KernelPlan.label: "gguf-amx-r16+head-rows")."""
+    if model is not None and model.plan is not None and model.plan.source != "default":
+        return f"gguf-{model.plan.label()}"
     grouped = None if model is None else any(m.layout == "r16" for w in model.layers for m in (w.q, w.v, w.up, w.down))
     return f"gguf-{quant.kernel_label(grouped)}"
 

@@ -27,6 +27,7 @@ import torch
 
 from specdec.gguf import quant
 from specdec.gguf.header import GGUFFileError, TensorInfo, read_header
+from specdec.gguf.kernel_plan import HEAD, KernelPlan, plan_for
 from specdec.gguf.quant import BLOCKS, SUPPORTED_TYPES, QuantMatrix, UnsupportedTensorType
 
 ARCHITECTURE = "qwen2"
@@ -81,6 +82,7 @@ class GGUFModel:
     output_norm: torch.Tensor
     output: QuantMatrix  # the LM head (the embedding itself where the file ties them: no output.weight)
     path: str = ""
+    plan: KernelPlan | None = None  # the kernel and layouts it loaded with (specdec/gguf/kernel_plan.py)
 
     @property
     def tied(self) -> bool:
@@ -232,13 +234,14 @@ def _vector(t: _Tensor) -> torch.Tensor:
                                      dtype=np.float32).reshape(-1))
 
 
-def _matrices(tensors: dict, names: list[str], multiplied: bool = True
-              ) -> tuple[list[QuantMatrix], list[tuple[QuantMatrix, slice]]]:
+def _matrices(tensors: dict, names: list[str], multiplied: bool = True, plan: KernelPlan | None = None,
+              role: str = "layers") -> tuple[list[QuantMatrix], list[tuple[QuantMatrix, slice]]]:
     """The named matrices (one input width), in this order; returns a matrix per tensor and the product calls: each run
     of adjacent tensors of one type is copied into one buffer and multiplied as one matrix (the per-tensor matrices
     are views of it), with the range of the concatenated outputs it covers. Matrices that are multiplied get the
-    layout the product kernel runs fastest (`quant.preferred_layout`: groups of 16 rows on AVX-512, where every tensor
-    of the run is whole groups, so that each tensor's rows stay a view of the buffer)."""
+    layout the plan measured fastest for their class (the head, or the layers' matrices of their type), else
+    `quant.preferred_layout`'s (groups of 16 rows on AVX-512), where every tensor of the run is whole groups, so that
+    each tensor's rows stay a view of the buffer."""
     in_features = tensors[names[0]].shape[-1]
     views, products, offset = [], [], 0
     for qtype, run in itertools.groupby(names, key=lambda name: tensors[name].qtype):
@@ -250,7 +253,9 @@ def _matrices(tensors: dict, names: list[str], multiplied: bool = True
             buffer[row:row + raw.shape[0]].numpy()[:] = raw  # the copy out of the file's memory map
             row += raw.shape[0]
         joined = QuantMatrix(buffer, qtype, in_features, "+".join(run))
-        layout = quant.preferred_layout(qtype, buffer.shape[0]) if multiplied else "rows"
+        cls = HEAD if role == HEAD else qtype
+        layout = ("rows" if not multiplied else plan.layout(cls, qtype, buffer.shape[0]) if plan
+                  else quant.preferred_layout(qtype, buffer.shape[0]))
         if layout != "rows" and all(raw.shape[0] % quant.R16_ROWS == 0 for raw in raws):
             joined = joined.in_layout(layout)
         row = 0
@@ -264,17 +269,21 @@ def _matrices(tensors: dict, names: list[str], multiplied: bool = True
     return views, products
 
 
-def _layer(tensors: dict, i: int) -> LayerWeights:
+LAYER_MATRICES = ("attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down")
+
+
+def _layer(tensors: dict, i: int, plan: KernelPlan | None = None) -> LayerWeights:
     p = f"blk.{i}."
-    (q, k, v), qkv = _matrices(tensors, [p + "attn_q.weight", p + "attn_k.weight", p + "attn_v.weight"])
-    (gate, up), gate_up = _matrices(tensors, [p + "ffn_gate.weight", p + "ffn_up.weight"])
+    (q, k, v), qkv = _matrices(tensors, [p + "attn_q.weight", p + "attn_k.weight", p + "attn_v.weight"], plan=plan)
+    (gate, up), gate_up = _matrices(tensors, [p + "ffn_gate.weight", p + "ffn_up.weight"], plan=plan)
     bias = torch.cat([_vector(tensors[p + f"attn_{x}.bias"]) for x in "qkv"])
     q_end, k_end = q.out_features, q.out_features + k.out_features
     return LayerWeights(
         attn_norm=_vector(tensors[p + "attn_norm.weight"]), q=q, k=k, v=v, q_bias=bias[:q_end],
-        k_bias=bias[q_end:k_end], v_bias=bias[k_end:], o=_matrices(tensors, [p + "attn_output.weight"])[0][0],
+        k_bias=bias[q_end:k_end], v_bias=bias[k_end:],
+        o=_matrices(tensors, [p + "attn_output.weight"], plan=plan)[0][0],
         ffn_norm=_vector(tensors[p + "ffn_norm.weight"]), gate=gate, up=up,
-        down=_matrices(tensors, [p + "ffn_down.weight"])[0][0],
+        down=_matrices(tensors, [p + "ffn_down.weight"], plan=plan)[0][0],
         qkv=tuple((matrix, bias[outputs]) for matrix, outputs in qkv),
         gate_up=tuple(matrix for matrix, _ in gate_up))
 
@@ -299,8 +308,26 @@ def read_gguf(path: str | os.PathLike) -> GGUFModel:
 
     blob = np.memmap(path, dtype=np.uint8, mode="r")  # read-only; every tensor below is copied out of it
     tensors = {name: _Tensor(t.qtype, t.shape, blob[t.offset:t.end]) for name, t in table.items()}
-    embedding = _matrices(tensors, ["token_embd.weight"], multiplied=tied)[0][0]
+    plan = plan_for(path, lambda: _plan_classes(tensors, config.layers, tied))
+    embedding = _matrices(tensors, ["token_embd.weight"], multiplied=tied, plan=plan, role=HEAD)[0][0]
     return GGUFModel(
-        config=config, embedding=embedding, layers=[_layer(tensors, i) for i in range(config.layers)],
+        config=config, embedding=embedding, layers=[_layer(tensors, i, plan) for i in range(config.layers)],
         output_norm=_vector(tensors["output_norm.weight"]),
-        output=embedding if tied else _matrices(tensors, ["output.weight"])[0][0], path=str(path))
+        output=embedding if tied else _matrices(tensors, ["output.weight"], plan=plan, role=HEAD)[0][0],
+        path=str(path), plan=plan)
+
+
+def _plan_classes(tensors: dict, layers: int, tied: bool) -> dict[str, list[QuantMatrix]]:
+    """The file's multiplied matrices in its rows, copied out of the memory map as a load copies them (what the
+    kernel plan times): the layers' per type, and the head."""
+    def copy(name: str) -> QuantMatrix:
+        t = tensors[name]
+        return QuantMatrix(torch.from_numpy(np.array(_raw_rows(t))), t.qtype, t.shape[-1], name)
+
+    classes: dict[str, list[QuantMatrix]] = {}
+    for i in range(layers):
+        for kind in LAYER_MATRICES:
+            matrix = copy(f"blk.{i}.{kind}.weight")
+            classes.setdefault(matrix.qtype, []).append(matrix)
+    classes[HEAD] = [copy("token_embd.weight" if tied else "output.weight")]
+    return classes

@@ -40,27 +40,49 @@ def available() -> bool:
 
 KERNEL_ENV = "SPECDEC_QUANT_KERNEL"
 _kernel_override: str | None = None  # set by use_kernel
+_planned_kernel: str | None = None  # set by a model's kernel plan (specdec/gguf/kernel_plan.py)
 
 
 @functools.cache  # the CPU's instruction sets do not change: asked once, not on every product
 def kernels() -> tuple[str, ...]:
-    """The product kernels this CPU runs, slowest first: "avx2", then "avx512-vnni" where the CPU has AVX-512 BW, VL
-    and VNNI, then "amx" where it also has AMX-TILE and AMX-INT8 and Linux grants the tile state (Q4_K passes of 3 or
-    more rows on tiles). Every one gives the same bits (tests/test_quant.py), so the choice changes speed only."""
+    """The product kernels this CPU runs: "avx2"; where the CPU has AVX-512 BW, VL and VNNI, "avx512-vnni-256" (those
+    instructions on 256-bit registers: for CPUs that split 512-bit ones in two halves) and "avx512-vnni" (512-bit);
+    then "amx" where it also has AMX-TILE and AMX-INT8 and Linux grants the tile state (Q4_K passes of 3 or more rows
+    on tiles). Every one gives the same bits (tests/test_quant.py), so the choice changes speed only: a model's kernel
+    plan measures them (specdec/gguf/kernel_plan.py); without one the last runs."""
     return tuple(_quant.kernels()) if available() else ()
 
 
 def kernel_name() -> str:
     """The product kernel this process runs (recorded with each step and in provenance): the one `use_kernel` set,
-    else the one $SPECDEC_QUANT_KERNEL names, else the fastest this CPU runs; "unavailable" without the module."""
+    else the one $SPECDEC_QUANT_KERNEL names, else the one a model's kernel plan measured fastest here
+    (specdec/gguf/kernel_plan.py), else the last this CPU runs; "unavailable" without the module."""
     runnable = kernels()
     if not runnable:
         return "unavailable"
-    chosen = _kernel_override or os.environ.get(KERNEL_ENV) or runnable[-1]
+    chosen = _kernel_override or os.environ.get(KERNEL_ENV) or _planned_kernel or runnable[-1]
     if chosen not in runnable:
         raise ValueError(f"{KERNEL_ENV}={chosen!r} is not a product kernel this CPU runs; it runs "
                          f"{', '.join(runnable)}")
     return chosen
+
+
+def kernel_override() -> str | None:
+    """The kernel a `use_kernel` block names, if one is open."""
+    return _kernel_override
+
+
+def planned_kernel() -> str | None:
+    """The kernel a model's plan chose in this process, if one did."""
+    return _planned_kernel
+
+
+def set_planned_kernel(name: str | None) -> None:
+    """Make `name` the process's kernel where nothing names one (a kernel plan's choice; None: back to the default)."""
+    global _planned_kernel
+    if name is not None and name not in kernels():
+        raise ValueError(f"{name!r} is not a product kernel this CPU runs; it runs {', '.join(kernels()) or 'none'}")
+    _planned_kernel = name
 
 
 @contextlib.contextmanager
@@ -88,7 +110,7 @@ LAYOUT_ENV = "SPECDEC_QUANT_LAYOUT"
 
 def preferred_layout(qtype: str, out_features: int) -> str:
     """The layout a matrix of this type and height is given when a model loads: "r16" for the types that have it
-    (`R16_BLOCK_BYTES`; whole groups of 16 rows) where the product kernel is avx512-vnni or amx (measured faster
+    (`R16_BLOCK_BYTES`; whole groups of 16 rows) where the product kernel is an AVX-512 one (measured faster
     there: docs/quantized.md; amx runs Q4_K passes of 48 or more rows of that layout on its tiles), else "rows";
     $SPECDEC_QUANT_LAYOUT=rows keeps every matrix in the file's rows. Either layout gives the same bits."""
     wanted = os.environ.get(LAYOUT_ENV, "auto")
@@ -96,7 +118,7 @@ def preferred_layout(qtype: str, out_features: int) -> str:
         raise ValueError(f"{LAYOUT_ENV}={wanted!r}: expected 'auto' or 'rows'")
     if wanted == "rows" or qtype not in R16_BLOCK_BYTES or out_features % R16_ROWS or not available():
         return "rows"
-    return "r16" if kernel_name() in ("avx512-vnni", "amx") else "rows"
+    return "rows" if kernel_name() == "avx2" else "r16"
 
 
 def kernel_label(grouped: bool | None = None) -> str:

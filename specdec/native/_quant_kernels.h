@@ -50,8 +50,8 @@ static const int BLOCK_BYTES[N_TYPES] = {144, 210, 22, 34, 4, 2, 148, 210, 22, 3
 
 /* The product kernels, best last: which one runs is the caller's choice among those the CPU supports
  * (kernel_supported); all give the same bits. */
-enum kernel { KERNEL_AVX2, KERNEL_AVX512_VNNI, KERNEL_AMX, N_KERNELS };
-static const char *KERNEL_NAMES[N_KERNELS] = {"avx2", "avx512-vnni", "amx"};
+enum kernel { KERNEL_AVX2, KERNEL_AVX512_256, KERNEL_AVX512_VNNI, KERNEL_AMX, N_KERNELS };
+static const char *KERNEL_NAMES[N_KERNELS] = {"avx2", "avx512-vnni-256", "avx512-vnni", "amx"};
 
 /* The kernel code of a name, or -1 for a name that is none of KERNEL_NAMES (whether this CPU runs it aside). */
 static inline int kernel_by_name(const char *name) {
@@ -86,6 +86,7 @@ static inline int kernel_supported(int kernel) {
     if (kernel == KERNEL_AVX512_VNNI)
         return specdec_avx2_supported() && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni");
+    if (kernel == KERNEL_AVX512_256) return kernel_supported(KERNEL_AVX512_VNNI); /* the same instructions on ymm */
     if (kernel == KERNEL_AMX) return kernel_supported(KERNEL_AVX512_VNNI) && amx_usable();
 #endif
     return 0;
@@ -624,79 +625,16 @@ TARGET static inline __attribute__((always_inline)) void q6k_accumulate(__m256 *
     *acc = _mm256_fmadd_ps(_mm256_set1_ps(d * a->d), _mm256_cvtepi32_ps(total), *acc);
 }
 
-TARGET static inline __attribute__((always_inline)) void row_q4_k(const uint8_t *w, const act_k *const *x, int nx,
-                                                                   int64_t K, float *out) {
-    __m256 acc[GROUP];
-    q4k_stash stash[GROUP];
-    q4k_lanes one = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
-    for (int i = 0; i < nx; i++) acc[i] = _mm256_setzero_ps();
-    const __m256i low4 = _mm256_set1_epi8(0x0F);
-    for (int64_t b = 0; b < K / QK; b++, w += 144) {
-        const int slot = (int)(b & 7);
-        if (nx == 1) q4k_scales_next(&one, w, slot, &x[0][b]);
-        const __m256i scales_mins = q4k_scales_mins(w + 4);
-        const __m256i scales = _mm256_broadcastsi128_si256(_mm256_castsi256_si128(scales_mins));
-        const __m128i min8 = _mm256_extracti128_si256(scales_mins, 1);
-        __m256i sums[GROUP];
-        for (int i = 0; i < nx; i++) sums[i] = _mm256_setzero_si256();
-        for (int p = 0; p < 4; p++) {
-            const __m256i bytes = _mm256_loadu_si256((const __m256i *)(w + 16 + 32 * p));
-            const __m256i lo = _mm256_and_si256(bytes, low4), hi = _mm256_and_si256(_mm256_srli_epi16(bytes, 4), low4);
-            const __m256i s_lo = _mm256_shuffle_epi8(scales, _mm256_load_si256((const __m256i *)PAIR[2 * p]));
-            const __m256i s_hi = _mm256_shuffle_epi8(scales, _mm256_load_si256((const __m256i *)PAIR[2 * p + 1]));
-            for (int i = 0; i < nx; i++) {
-                const int8_t *q = x[i][b].q + 64 * p;
-                const __m256i a = _mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *)q));
-                const __m256i c = _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i *)(q + 32)));
-                sums[i] = _mm256_add_epi32(sums[i], _mm256_add_epi32(_mm256_madd_epi16(a, s_lo), _mm256_madd_epi16(c, s_hi)));
-            }
-        }
-        for (int i = 0; i < nx; i++) q4k_keep(&stash[i], slot, &x[i][b], sums[i], min8);
-        q4k_flush_all(stash, &one, w, x, nx, b, K / QK, acc);
-    }
-    for (int i = 0; i < nx; i++) out[i] = hsum8(acc[i]);
-}
-
-TARGET static inline __attribute__((always_inline)) void row_q6_k(const uint8_t *w, const act_k *const *x, int nx,
-                                                                   int64_t K, float *out) {
-    __m256 acc[GROUP];
-    for (int i = 0; i < nx; i++) acc[i] = _mm256_setzero_ps();
-    const __m256i low4 = _mm256_set1_epi8(0x0F), two = _mm256_set1_epi8(3);
-    for (int64_t b = 0; b < K / QK; b++, w += 210) {
-        const uint8_t *ql = w, *qh = w + 128;
-        const __m128i scales8 = _mm_loadu_si128((const __m128i *)(w + 192));
-        const float d = half(w + 208);
-        const __m256i scale16 = _mm256_cvtepi8_epi16(scales8);
-        __m128i pick = SPLIT0;
-        __m256i sums[GROUP];
-        for (int i = 0; i < nx; i++) sums[i] = _mm256_setzero_si256();
-        for (int h = 0; h < 2; h++) {
-            const __m256i l0 = _mm256_loadu_si256((const __m256i *)(ql + 64 * h));
-            const __m256i l1 = _mm256_loadu_si256((const __m256i *)(ql + 64 * h + 32));
-            const __m256i hb = _mm256_loadu_si256((const __m256i *)(qh + 32 * h));
-            /* the four 32-value pieces of this half, quants 0..63 */
-            __m256i piece[4];
-            piece[0] = _mm256_or_si256(_mm256_and_si256(l0, low4), _mm256_slli_epi16(_mm256_and_si256(hb, two), 4));
-            piece[1] = _mm256_or_si256(_mm256_and_si256(l1, low4),
-                                       _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 2), two), 4));
-            piece[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), low4),
-                                       _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 4), two), 4));
-            piece[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), low4),
-                                       _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 6), two), 4));
-            for (int s = 0; s < 4; s++) {
-                const int t = 4 * h + s; /* values 32t .. 32t + 31: scales 2t and 2t + 1 */
-                const __m256i scale = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(scales8, pick));
-                pick = _mm_add_epi8(pick, _mm_set1_epi8(2));
-                for (int i = 0; i < nx; i++) {
-                    const __m256i p = _mm256_maddubs_epi16(piece[s], _mm256_loadu_si256((const __m256i *)(x[i][b].q + 32 * t)));
-                    sums[i] = _mm256_add_epi32(sums[i], _mm256_madd_epi16(p, scale));
-                }
-            }
-        }
-        for (int i = 0; i < nx; i++) q6k_accumulate(&acc[i], d, &x[i][b], sums[i], scale16);
-    }
-    for (int i = 0; i < nx; i++) out[i] = hsum8(acc[i]);
-}
+/* The K-quant row functions of the avx2 kernel (_quant_rows.h; avx512-vnni-256's below, with the AVX-512 code) */
+#define ROW_ISA TARGET
+#define ROW_NAME(name) name
+#define ROW_GROUP GROUP
+#define ROW_MADD(acc, p, scale) _mm256_add_epi32(acc, _mm256_madd_epi16(p, scale))
+#include "_quant_rows.h"
+#undef ROW_ISA
+#undef ROW_NAME
+#undef ROW_GROUP
+#undef ROW_MADD
 
 /* A Q5_0 block's 32 quants as signed bytes (-16..15): low nibbles, then high nibbles, each with its fifth bit. */
 TARGET static inline __attribute__((always_inline)) __m256i q5_0_quants(const uint8_t *w) {
@@ -881,11 +819,6 @@ TARGET512 static inline __attribute__((always_inline)) __m256i dot_offset_vnni(_
 ROW_Q32(row_q5_0_512, TARGET512, GROUP512, 22, q5_0_unsigned, dot_offset_vnni)
 ROW_Q32(row_q8_0_512, TARGET512, GROUP512, 34, q8_0_quants, dot_act_vnni)
 
-/* Q4_K in groups of 16 rows: the 16 outputs of one group for nx inputs (out[i * R16 + r]); the layout and why it
- * gives the row code's bits are above q4k_pack_block. Per block and input: S (lane r: the row's scaled quants times the
- * input's, exact), Mn (the mins times the input's sums per 32), then q4k_flush's two roundings into accumulator
- * b mod 8; at the end hsum8's order across the eight. room: the blocks from w to the matrix's end (the prefetches
- * stay inside it). */
 /* How many blocks ahead of the one being multiplied the weights are asked for (bench: 2-4 alike on the AMD EPYC Zen 5,
  * none or one block 20-35% slower) */
 #define R16_AHEAD 3
@@ -900,211 +833,20 @@ static inline void r16_prefetch(const uint8_t *w, int block_bytes, int64_t b, in
             _mm_prefetch((const char *)(w + R16_AHEAD * block_bytes + off), _MM_HINT_T0);
 }
 
-/* Eight accumulators summed lane by lane in hsum8's order: ((a0 + a4) + (a2 + a6)) + ((a1 + a5) + (a3 + a7)). */
-TARGET512 static inline __m512 sum8_in_lanes(const __m512 *a) {
-    return _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(a[0], a[4]), _mm512_add_ps(a[2], a[6])),
-                         _mm512_add_ps(_mm512_add_ps(a[1], a[5]), _mm512_add_ps(a[3], a[7])));
-}
-
-/* The first n rows of eight accumulators each (a group function's acc[input][l], the AMX tiles' acc[output][l])
- * set to zero. */
+/* The first n rows of eight accumulators each (the AMX tiles' acc[output][l]) set to zero. */
 TARGET512 static inline __attribute__((always_inline)) void zero_accumulators(__m512 acc[][8], int n) {
     for (int i = 0; i < n; i++)
         for (int l = 0; l < 8; l++) acc[i][l] = _mm512_setzero_ps();
 }
 
-TARGET512 static inline __attribute__((always_inline)) void group_q4_k_r16(const uint8_t *w, const act_k *const *x,
-                                                                           int nx, int64_t blocks, int64_t room,
-                                                                           float *out) {
-    __m512 acc[R16_INPUTS][8];
-    zero_accumulators(acc, nx);
-    const __m512i low4 = _mm512_set1_epi8(0x0F);
-    for (int64_t b = 0; b < blocks; b++, w += R16_Q4K_BYTES) {
-        r16_prefetch(w, R16_Q4K_BYTES, b, room);
-        __m512i S[R16_INPUTS];
-        for (int i = 0; i < nx; i++) S[i] = _mm512_setzero_si512();
-        for (int p = 0; p < 4; p++) { /* chunk p: sub-blocks 2p (low nibbles) and 2p + 1 (high) */
-            __m512i lo_sum[R16_INPUTS], hi_sum[R16_INPUTS];
-            for (int i = 0; i < nx; i++) lo_sum[i] = hi_sum[i] = _mm512_setzero_si512();
-            for (int t = 0; t < 8; t++) {
-                const __m512i v = _mm512_loadu_si512(w + R16_QS + 512 * p + 64 * t);
-                const __m512i lo = _mm512_and_si512(v, low4), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), low4);
-                for (int i = 0; i < nx; i++) {
-                    int32_t a, c;
-                    memcpy(&a, x[i][b].q + 64 * p + 4 * t, 4);
-                    memcpy(&c, x[i][b].q + 64 * p + 32 + 4 * t, 4);
-                    lo_sum[i] = _mm512_dpbusd_epi32(lo_sum[i], lo, _mm512_set1_epi32(a));
-                    hi_sum[i] = _mm512_dpbusd_epi32(hi_sum[i], hi, _mm512_set1_epi32(c));
-                }
-            }
-            const __m128i *scales = (const __m128i *)(w + R16_SCALES) + 2 * p; /* 16 rows' scales per sub-block */
-            const __m512i sc_lo = _mm512_cvtepu8_epi32(_mm_loadu_si128(scales));
-            const __m512i sc_hi = _mm512_cvtepu8_epi32(_mm_loadu_si128(scales + 1));
-            for (int i = 0; i < nx; i++)
-                S[i] = _mm512_add_epi32(S[i], _mm512_add_epi32(_mm512_mullo_epi32(lo_sum[i], sc_lo),
-                                                               _mm512_mullo_epi32(hi_sum[i], sc_hi)));
-        }
-        const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(w + R16_D)));
-        const __m512 dmin = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(w + R16_DMIN)));
-        for (int i = 0; i < nx; i++) {
-            __m512i Mn = _mm512_setzero_si512();
-            for (int k = 0; k < 4; k++) { /* lane r: its mins 2k, 2k + 1 times the input's sums of those 32s */
-                int32_t pair;
-                memcpy(&pair, x[i][b].sums32 + 2 * k, 4);
-                const __m512i mins = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)(w + R16_MINS) + k));
-                Mn = _mm512_dpwssd_epi32(Mn, mins, _mm512_set1_epi32(pair));
-            }
-            const __m512 dx = _mm512_set1_ps(x[i][b].d);
-            __m512 *a = &acc[i][b & 7];
-            *a = _mm512_fmadd_ps(_mm512_mul_ps(d, dx), _mm512_cvtepi32_ps(S[i]), *a);
-            *a = _mm512_fnmadd_ps(_mm512_mul_ps(dmin, dx), _mm512_cvtepi32_ps(Mn), *a);
-        }
-    }
-    for (int i = 0; i < nx; i++) _mm512_storeu_ps(out + i * R16, sum8_in_lanes(acc[i]));
-}
-/* Each group function compiled for 1..4 inputs (the count a constant, as for the row functions), and their table. */
-#define GROUP_FN(NAME, ACT, N)                                                                               \
-    TARGET512 static void NAME##_##N(const uint8_t *w, const ACT *const *x, int64_t blocks, int64_t room,   \
-                                     float *o) {                                                            \
-        NAME(w, x, N, blocks, room, o);                                                                     \
-    }
-#define SPECIALISE_GROUP(NAME, ACT)                                                                              \
-    GROUP_FN(NAME, ACT, 1) GROUP_FN(NAME, ACT, 2) GROUP_FN(NAME, ACT, 3) GROUP_FN(NAME, ACT, 4)                  \
-    static void (*const NAME##_for[R16_INPUTS + 1])(const uint8_t *, const ACT *const *, int64_t, int64_t,     \
-                                                     float *) = {                                               \
-        NULL, NAME##_1, NAME##_2, NAME##_3, NAME##_4};
-SPECIALISE_GROUP(group_q4_k_r16, act_k)
-
-/* Row r's scales 2t and 2t + 1 in int16 lanes 2r and 2r + 1. */
-TARGET512 static inline __m512i q6k_r16_scale_pairs(const uint8_t *w, int t) {
-    return _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)(w + R16_Q6K_SCALES) + t));
-}
-
-/* Q6_K in groups of 16 rows: the 16 outputs of one group for nx inputs (the layout and why it gives the row code's
- * bits are above q6k_pack_block). Per block: lane l's integers for every row (eight registers per input), its offset
- * off them, then q6k_accumulate's rounding into accumulator l; at the end hsum8's order across the eight. Four inputs
- * a pass, as for Q4_K: with eight integer registers an input some spill, yet that measured faster over the whole
- * step than one or two a pass (bench/lean_step.py, Zen 5: re-unpacking per pass costs more than the spills). */
-TARGET512 static inline __attribute__((always_inline)) void group_q6_k_r16(const uint8_t *w, const act_k *const *x,
-                                                                           int nx, int64_t blocks, int64_t room,
-                                                                           float *out) {
-    __m512 acc[R16_INPUTS][8];
-    zero_accumulators(acc, nx);
-    const __m512i low4 = _mm512_set1_epi8(0x0F), top2 = _mm512_set1_epi8(0x30);
-    /* int16 lanes 2r and 2r + 1 both take row r's scale 2t (even) or 2t + 1 (odd) from lanes 2r, 2r + 1 */
-    const __m512i even = _mm512_broadcast_i32x4(_mm_setr_epi8(0, 1, 0, 1, 4, 5, 4, 5, 8, 9, 8, 9, 12, 13, 12, 13));
-    const __m512i odd = _mm512_broadcast_i32x4(_mm_setr_epi8(2, 3, 2, 3, 6, 7, 6, 7, 10, 11, 10, 11, 14, 15, 14, 15));
-    for (int64_t b = 0; b < blocks; b++, w += R16_Q6K_BYTES) {
-        r16_prefetch(w, R16_Q6K_BYTES, b, room);
-        __m512i lanes[R16_INPUTS][8];
-        for (int i = 0; i < nx; i++)
-            for (int l = 0; l < 8; l++) lanes[i][l] = _mm512_setzero_si512();
-        for (int t = 0; t < 8; t++) {
-            const uint8_t *piece = w + R16_Q6K_QS + 384 * t;
-            const __m512i pairs = q6k_r16_scale_pairs(w, t);
-            const __m512i sc_even = _mm512_shuffle_epi8(pairs, even), sc_odd = _mm512_shuffle_epi8(pairs, odd);
-            const __m512i qh0 = _mm512_loadu_si512(piece + 256), qh1 = _mm512_loadu_si512(piece + 320);
-            for (int k = 0; k < 4; k++) {
-                const __m512i v = _mm512_loadu_si512(piece + 64 * k);
-                /* the top two bits of lanes k and k + 4 moved to bits 4-5 (16-bit shifts: what crosses a byte is
-                 * masked off) */
-                const __m512i h0 = k < 3 ? _mm512_slli_epi16(qh0, 4 - 2 * k) : _mm512_srli_epi16(qh0, 2);
-                const __m512i h1 = k < 3 ? _mm512_slli_epi16(qh1, 4 - 2 * k) : _mm512_srli_epi16(qh1, 2);
-                const __m512i q_lo = _mm512_ternarylogic_epi32(_mm512_and_si512(v, low4), h0, top2, 0xF8);
-                const __m512i q_hi = _mm512_ternarylogic_epi32(_mm512_and_si512(_mm512_srli_epi16(v, 4), low4), h1,
-                                                               top2, 0xF8); /* a | (b & c) */
-                for (int i = 0; i < nx; i++) {
-                    int32_t a, c;
-                    memcpy(&a, x[i][b].q + 32 * t + 4 * k, 4);
-                    memcpy(&c, x[i][b].q + 32 * t + 4 * (k + 4), 4);
-                    const __m512i pa = _mm512_maddubs_epi16(q_lo, _mm512_set1_epi32(a));
-                    const __m512i pc = _mm512_maddubs_epi16(q_hi, _mm512_set1_epi32(c));
-                    lanes[i][k] = _mm512_dpwssd_epi32(lanes[i][k], pa, sc_even);
-                    lanes[i][k + 4] = _mm512_dpwssd_epi32(lanes[i][k + 4], pc, sc_odd);
-                }
-            }
-        }
-        const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(w + R16_Q6K_D)));
-        for (int l = 0; l < 8; l++) {
-            const __m512i pairs = q6k_r16_scale_pairs(w, l);
-            for (int i = 0; i < nx; i++) {
-                int32_t sums;
-                memcpy(&sums, x[i][b].sums + 2 * l, 4);
-                const __m512i offset = _mm512_dpwssd_epi32(_mm512_setzero_si512(), pairs, _mm512_set1_epi32(sums));
-                const __m512i total = _mm512_sub_epi32(lanes[i][l], _mm512_slli_epi32(offset, 5));
-                const __m512 scale = _mm512_mul_ps(d, _mm512_set1_ps(x[i][b].d));
-                acc[i][l] = _mm512_fmadd_ps(scale, _mm512_cvtepi32_ps(total), acc[i][l]);
-            }
-        }
-    }
-    for (int i = 0; i < nx; i++) _mm512_storeu_ps(out + i * R16, sum8_in_lanes(acc[i]));
-}
-SPECIALISE_GROUP(group_q6_k_r16, act_k)
-
-/* A Q5_0 / Q8_0 group's block b: per input, (d x the input's d) for the 16 rows, ROW_Q32's one multiply. */
-TARGET512 static inline __attribute__((always_inline)) void q32_scales(const uint8_t *w, const act_32 *const *x, int nx,
-                                                                       int64_t b, __m512 *scale) {
-    const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)w));
-    for (int i = 0; i < nx; i++) scale[i] = _mm512_mul_ps(d, _mm512_set1_ps(x[i][b].d));
-}
-
-/* One block's lane l for 16 rows (q: their unsigned quants of values 4l..4l+3) into input x's accumulator l: the
- * lane's integer from the input's offset, then ROW_Q32's rounding. */
-TARGET512 static inline __attribute__((always_inline)) __m512 q32_lane(__m512 acc, __m512 scale, __m512i q,
-                                                                       const act_32 *x, int l) {
-    int32_t quad;
-    memcpy(&quad, x->q + 4 * l, 4);
-    const __m512i lane = _mm512_dpbusd_epi32(_mm512_set1_epi32(x->offsets[l]), q, _mm512_set1_epi32(quad));
-    return _mm512_fmadd_ps(scale, _mm512_cvtepi32_ps(lane), acc);
-}
-
-/* Q5_0 and Q8_0 in groups of 16 rows: the 16 outputs of one group for nx inputs (out[i * R16 + r]); the layouts and
- * why they give the row code's bits are above q5_0_pack_block. */
-TARGET512 static inline __attribute__((always_inline)) void group_q5_0_r16(const uint8_t *w, const act_32 *const *x,
-                                                                           int nx, int64_t blocks, int64_t room,
-                                                                           float *out) {
-    __m512 acc[R16_INPUTS][8];
-    zero_accumulators(acc, nx);
-    const __m512i low4 = _mm512_set1_epi8(0x0F), fifth = _mm512_set1_epi8(0x10);
-    for (int64_t b = 0; b < blocks; b++, w += R16_Q5_0_BYTES) {
-        r16_prefetch(w, R16_Q5_0_BYTES, b, room);
-        __m512 scale[R16_INPUTS];
-        q32_scales(w, x, nx, b, scale);
-        const __m512i bits = _mm512_loadu_si512(w + R16_Q32_QS + 256);
-        for (int k = 0; k < 4; k++) {
-            const __m512i v = _mm512_loadu_si512(w + R16_Q32_QS + 64 * k);
-            /* the fifth bits of lanes k and k + 4 moved to bit 4 (16-bit shifts: what crosses a byte is masked off) */
-            const __m512i h_lo = _mm512_slli_epi16(bits, 4 - k), h_hi = _mm512_srli_epi16(bits, k);
-            const __m512i q_lo = _mm512_ternarylogic_epi32(_mm512_and_si512(v, low4), h_lo, fifth, 0xF8);
-            const __m512i q_hi = _mm512_ternarylogic_epi32(_mm512_and_si512(_mm512_srli_epi16(v, 4), low4), h_hi,
-                                                           fifth, 0xF8); /* a | (b & c) */
-            for (int i = 0; i < nx; i++) {
-                acc[i][k] = q32_lane(acc[i][k], scale[i], q_lo, &x[i][b], k);
-                acc[i][k + 4] = q32_lane(acc[i][k + 4], scale[i], q_hi, &x[i][b], k + 4);
-            }
-        }
-    }
-    for (int i = 0; i < nx; i++) _mm512_storeu_ps(out + i * R16, sum8_in_lanes(acc[i]));
-}
-SPECIALISE_GROUP(group_q5_0_r16, act_32)
-
-TARGET512 static inline __attribute__((always_inline)) void group_q8_0_r16(const uint8_t *w, const act_32 *const *x,
-                                                                           int nx, int64_t blocks, int64_t room,
-                                                                           float *out) {
-    __m512 acc[R16_INPUTS][8];
-    zero_accumulators(acc, nx);
-    for (int64_t b = 0; b < blocks; b++, w += R16_Q8_0_BYTES) {
-        r16_prefetch(w, R16_Q8_0_BYTES, b, room);
-        __m512 scale[R16_INPUTS];
-        q32_scales(w, x, nx, b, scale);
-        for (int l = 0; l < 8; l++) {
-            const __m512i q = _mm512_loadu_si512(w + R16_Q32_QS + 64 * l);
-            for (int i = 0; i < nx; i++) acc[i][l] = q32_lane(acc[i][l], scale[i], q, &x[i][b], l);
-        }
-    }
-    for (int i = 0; i < nx; i++) _mm512_storeu_ps(out + i * R16, sum8_in_lanes(acc[i]));
-}
-SPECIALISE_GROUP(group_q8_0_r16, act_32)
+/* The group functions at both widths (_quant_groups.h): group_product_512 (the avx512-vnni and amx kernels) and
+ * group_product_256 (avx512-vnni-256), the same bits. */
+#define GROUP_BITS 512
+#include "_quant_groups.h"
+#undef GROUP_BITS
+#define GROUP_BITS 256
+#include "_quant_groups.h"
+#undef GROUP_BITS
 
 /* Plain float weights (F32 / F16 matrices are rare in these files): widen and multiply-add, 8 lanes then a sum. */
 TARGET static void row_float(int type, const uint8_t *w, const float *const *x, int nx, int64_t K, float *out) {
@@ -1146,6 +888,20 @@ SPECIALISE8(row_q4_k_512, act_k, TARGET512)
 SPECIALISE8(row_q6_k_512, act_k, TARGET512)
 SPECIALISE8(row_q5_0_512, act_32, TARGET512)
 SPECIALISE8(row_q8_0_512, act_32, TARGET512)
+
+/* The K-quant row functions of the avx512-vnni-256 kernel (_quant_rows.h with vpdpwssd, eight inputs a pass); its
+ * Q5_0 / Q8_0 rows are avx512-vnni's, which run on 256-bit registers already. */
+#define ROW_ISA TARGET512
+#define ROW_NAME(name) name##_256
+#define ROW_GROUP GROUP512
+#define ROW_MADD(acc, p, scale) _mm256_dpwssd_epi32(acc, p, scale)
+#include "_quant_rows.h"
+#undef ROW_ISA
+#undef ROW_NAME
+#undef ROW_GROUP
+#undef ROW_MADD
+SPECIALISE8(row_q4_k_256, act_k, TARGET512)
+SPECIALISE8(row_q6_k_256, act_k, TARGET512)
 
 
 /* --- Q4_K products on AMX tiles (Intel Xeon 4th generation and later): the same bits, for verify passes -------------
@@ -1408,19 +1164,24 @@ static int act_offset(int type, int wide) {
 }
 
 /* Output n (weights wn, the file's row) for every input, in groups of the kernel's width, of even sizes (9 rows: 5 +
- * 4): y[i * ldy + n]. */
-TARGET static inline void product_row(int type, const uint8_t *wn, const void **rows, int64_t M, int wide, int64_t K,
-                                      const float *bias, float *y, int64_t ldy) {
-    const int group = wide ? GROUP512 : GROUP;
+ * 4): y[i * ldy + n]. The row functions per kernel: avx2's (four inputs a pass), avx512-vnni-256's (eight; Q4_K and
+ * Q6_K with vpdpwssd on 256-bit registers) and the 512-bit ones of avx512-vnni and amx (eight); Q5_0 / Q8_0 run the
+ * same 256-bit VNNI functions on the last three. */
+TARGET static inline void product_row(int type, const uint8_t *wn, const void **rows, int64_t M, int kernel,
+                                      int64_t K, const float *bias, float *y, int64_t ldy) {
+    const int avx2 = kernel == KERNEL_AVX2, ymm = kernel == KERNEL_AVX512_256;
+    const int group = avx2 ? GROUP : GROUP512;
     const int64_t groups = (M + group - 1) / group;
     for (int64_t g = 0, i0 = 0; g < groups; g++) {
         const int nx = (int)(M / groups + (g < M % groups));
+        const act_k *const *xk = (const act_k *const *)(rows + i0);
+        const act_32 *const *x32 = (const act_32 *const *)(rows + i0);
         float out[GROUP512];
         switch (type) {
-        case Q4_K: (wide ? row_q4_k_512_for : row_q4_k_for)[nx](wn, (const act_k *const *)(rows + i0), K, out); break;
-        case Q6_K: (wide ? row_q6_k_512_for : row_q6_k_for)[nx](wn, (const act_k *const *)(rows + i0), K, out); break;
-        case Q5_0: (wide ? row_q5_0_512_for : row_q5_0_for)[nx](wn, (const act_32 *const *)(rows + i0), K, out); break;
-        case Q8_0: (wide ? row_q8_0_512_for : row_q8_0_for)[nx](wn, (const act_32 *const *)(rows + i0), K, out); break;
+        case Q4_K: (avx2 ? row_q4_k_for : ymm ? row_q4_k_256_for : row_q4_k_512_for)[nx](wn, xk, K, out); break;
+        case Q6_K: (avx2 ? row_q6_k_for : ymm ? row_q6_k_256_for : row_q6_k_512_for)[nx](wn, xk, K, out); break;
+        case Q5_0: (avx2 ? row_q5_0_for : row_q5_0_512_for)[nx](wn, x32, K, out); break;
+        case Q8_0: (avx2 ? row_q8_0_for : row_q8_0_512_for)[nx](wn, x32, K, out); break;
         default: row_float(type, wn, (const float *const *)(rows + i0), nx, K, out); break;
         }
         for (int i = 0; i < nx; i++) y[(i0 + i) * ldy] = bias ? out[i] + *bias : out[i];
@@ -1428,19 +1189,9 @@ TARGET static inline void product_row(int type, const uint8_t *wn, const void **
     }
 }
 
-/* The 16 outputs of one group for nx inputs on its type's group function. */
-TARGET512 static void group_product(int type, const uint8_t *w, const void **rows, int nx, int64_t blocks,
-                                    int64_t room, float *out) {
-    switch (type) {
-    case Q4_K_R16: group_q4_k_r16_for[nx](w, (const act_k *const *)rows, blocks, room, out); break;
-    case Q6_K_R16: group_q6_k_r16_for[nx](w, (const act_k *const *)rows, blocks, room, out); break;
-    case Q5_0_R16: group_q5_0_r16_for[nx](w, (const act_32 *const *)rows, blocks, room, out); break;
-    default: group_q8_0_r16_for[nx](w, (const act_32 *const *)rows, blocks, room, out); break;
-    }
-}
-
-/* A grouped type (N a multiple of 16): AVX-512 and AMX run the group functions (a few inputs per pass over a group,
- * the group's blocks staying in cache between passes); AVX2 unpacks each group to the file's rows and runs the row
+/* A grouped type (N a multiple of 16): the AVX-512 kernels run the group functions (a few inputs per pass over a
+ * group, the group's blocks staying in cache between passes; avx512-vnni-256 on 256-bit registers, the others on
+ * 512-bit ones); AVX2 unpacks each group to the file's rows and runs the row
  * code: the same bits either way. Threads split the groups. */
 TARGET static int r16_matmul(int type, const uint8_t *w, const void **rows, const float *bias, float *y, int64_t ldy,
                              int64_t N, int64_t K, int64_t M, int threads, int kernel) {
@@ -1454,7 +1205,8 @@ TARGET static int r16_matmul(int type, const uint8_t *w, const void **rows, cons
             for (int64_t pass = 0, i0 = 0; pass < passes; pass++) {
                 const int nx = (int)(M / passes + (pass < M % passes));
                 float out[R16_INPUTS * R16];
-                group_product(type, wg, rows + i0, nx, blocks, (n_groups - g) * blocks, out);
+                (kernel == KERNEL_AVX512_256 ? group_product_256 : group_product_512)(
+                    type, wg, rows + i0, nx, blocks, (n_groups - g) * blocks, out);
                 for (int i = 0; i < nx; i++)
                     for (int r = 0; r < R16; r++) {
                         const float v = out[i * R16 + r];
@@ -1476,7 +1228,7 @@ TARGET static int r16_matmul(int type, const uint8_t *w, const void **rows, cons
             r16_convert(row_type, 0, w + g * group_bytes, mine, R16, K);
             for (int r = 0; r < R16; r++) {
                 const int64_t n = g * R16 + r;
-                product_row(row_type, mine + r * row_bytes, rows, M, 0, K, bias ? bias + n : NULL, y + n, ldy);
+                product_row(row_type, mine + r * row_bytes, rows, M, KERNEL_AVX2, K, bias ? bias + n : NULL, y + n, ldy);
             }
         }
     }
@@ -1562,7 +1314,7 @@ TARGET static int matmul(int type, const uint8_t *w, int64_t stride, const float
             for (int64_t off = PREFETCH_BYTES; off < PREFETCH_BYTES + stride && n * stride + off < N * stride;
                  off += 64)
                 _mm_prefetch((const char *)(wn + off), _MM_HINT_T0);
-            product_row(type, wn, rows + i0, mc, wide, K, bias ? bias + n : NULL, y + i0 * ldy + n, ldy);
+            product_row(type, wn, rows + i0, mc, kernel, K, bias ? bias + n : NULL, y + i0 * ldy + n, ldy);
         }
     }
     free(acts);

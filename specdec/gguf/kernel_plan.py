@@ -1,0 +1,233 @@
+"""The product kernel and each matrix class's layout that a GGUF model loads with, chosen on this machine by measuring.
+
+Every kernel and layout gives the same bits (tests/test_quant.py), so the choice changes speed only, and the fastest
+one differs between CPUs. On the Intel Xeon, the Q6_K head streams at 26 GB/s in the file's rows and at 19 GB/s in
+groups of 16, while the layers run faster in groups. A CPU that runs 512-bit instructions as two 256-bit halves (the
+AMD Zen 4) may prefer the avx512-vnni-256 kernel.
+
+A file's plan is measured the first time it loads on a machine (for its thread count and native build). The
+candidates are every (kernel, layout) this CPU runs, and the file's multiplied matrices fall into classes: the
+layers' matrices of one type ("Q4_K", "Q6_K", ...) and the LM head ("head"). For each class, every candidate times
+its products over all the class's matrices, so that they stream from memory as in a step. It does so at 1 and 4
+rows (a step and a verify pass of k 3), with the candidates interleaved, REPEATS times. The score is the sum of the
+two medians.
+
+The kernel runs the whole process, because one native call runs a pass's layers. It is the one whose classes'
+best scores sum lowest. Each class then takes its best layout on that kernel. A candidate replaces the default (the
+last kernel of `quant.kernels()`, groups of 16 rows where the kernel has them) only when it scores at least MARGIN
+lower, so noise does not flip a plan.
+
+Plans are cached as JSON, written atomically, in $SPECDEC_CACHE or ~/.cache/specdec. The steps' kernel name and
+provenance record them. Files under MIN_BYTES of weights (the tests' tiny models) take the default without
+measuring. $SPECDEC_KERNEL_PLAN=off always takes the default; =remeasure ignores the cache. So does naming a kernel
+($SPECDEC_QUANT_KERNEL, `quant.use_kernel`) or $SPECDEC_QUANT_LAYOUT=rows: that choice wins."""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from specdec.gguf import quant
+from specdec.gguf.quant import QuantMatrix
+
+PLAN_ENV = "SPECDEC_KERNEL_PLAN"
+CACHE_ENV = "SPECDEC_CACHE"
+MIN_BYTES = 64 << 20  # below this a file's products sit in cache: timing them says nothing about a step
+ROWS = (1, 4)         # a decoding step and a verify pass of k 3
+REPEATS = 5
+MARGIN = 0.03         # a candidate must beat the default by this fraction to replace it
+HEAD = "head"
+
+
+@dataclass(frozen=True)
+class KernelPlan:
+    """kernel: the product kernel the process runs; layouts: class -> "rows" or "r16" (a class not named takes
+    `quant.preferred_layout`'s); scores: class -> candidate ("kernel/layout") -> ms (the measurement, for provenance);
+    source: "default", "measured" or "cache"."""
+
+    kernel: str
+    layouts: dict[str, str] = field(default_factory=dict)
+    scores: dict[str, dict[str, float]] = field(default_factory=dict)
+    source: str = "default"
+
+    def layout(self, cls: str, qtype: str, rows: int) -> str:
+        """The layout of a matrix of class `cls` (its type, `rows` high)."""
+        default = quant.preferred_layout(qtype, rows)
+        if default == "rows" and self.layouts.get(cls) == "r16":
+            return "rows"  # the type or height has no groups of 16
+        return self.layouts.get(cls, default)
+
+    def label(self) -> str:
+        """What a step records: the kernel, "-r16" where the layers are in groups of 16 rows, and each class whose
+        layout differs from the layers' ("avx512-vnni-r16+head-rows")."""
+        if not self.layouts:
+            return quant.kernel_label()
+        grouped = "r16" in [layout for cls, layout in self.layouts.items() if cls != HEAD]
+        odd = sorted(cls for cls, layout in self.layouts.items() if (layout == "r16") != grouped)
+        return (f"{self.kernel}-r16" if grouped else self.kernel) + "".join(f"+{cls}-{self.layouts[cls]}"
+                                                                           for cls in odd)
+
+    def as_record(self) -> dict:
+        return {"kernel": self.kernel, "layouts": dict(sorted(self.layouts.items())), "source": self.source,
+                "scores_ms": self.scores}
+
+
+def default_plan() -> KernelPlan:
+    return KernelPlan(kernel=quant.kernel_name())
+
+
+def _mode() -> str:
+    mode = os.environ.get(PLAN_ENV, "auto")
+    if mode not in ("auto", "off", "remeasure"):
+        raise ValueError(f"{PLAN_ENV}={mode!r}: expected 'auto', 'off' or 'remeasure'")
+    return mode
+
+
+def _named_elsewhere() -> bool:
+    """Whether the kernel or the layout was named by the user or a test: then that choice stands, unmeasured."""
+    return (quant.kernel_override() is not None or bool(os.environ.get(quant.KERNEL_ENV))
+            or os.environ.get(quant.LAYOUT_ENV, "auto") == "rows")
+
+
+def cache_path() -> Path:
+    return Path(os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "specdec") / "kernel_plans.json"
+
+
+def machine_key() -> str:
+    """The CPU (model name, family, model), the kernels it runs, the thread count and the native build: a plan holds
+    for these only."""
+    from specdec.native.build import kernel_build
+
+    info = {}
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            key, _, value = line.partition(":")
+            if key.strip() in ("model name", "cpu family", "model") and key.strip() not in info:
+                info[key.strip()] = value.strip()
+    except OSError:
+        pass
+    cpu = "/".join(info.get(k, "?") for k in ("model name", "cpu family", "model"))
+    return f"{cpu}|{','.join(quant.kernels())}|threads {torch.get_num_threads()}|{kernel_build()}"
+
+
+def _file_key(path: Path, kernel: str | None) -> str:
+    return f"{path.name}|{path.stat().st_size}|kernel {kernel or 'any'}"
+
+
+def _read_cache() -> dict:
+    try:
+        return json.loads(cache_path().read_text())
+    except (OSError, ValueError):
+        return {}  # none yet, or unreadable: measured again and rewritten
+
+
+def _write_cache(entries: dict) -> None:
+    path = cache_path()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile("w", dir=path.parent, delete=False, suffix=".tmp") as f:
+            json.dump(entries, f, indent=1, sort_keys=True)
+        os.replace(f.name, path)  # atomic: a reader sees the old plans or the new, never half
+    except OSError as error:  # a read-only home: the plan still holds for this process
+        print(f"specdec: kernel plan not cached ({error})", file=sys.stderr)
+
+
+def cached_plan(path, kernel: str | None = None) -> KernelPlan | None:
+    """The cached plan of this file on this machine: measured under `kernel`, or free to choose and choosing it."""
+    plans = _read_cache().get(machine_key(), {})
+    entry = plans.get(_file_key(Path(path), kernel))
+    free = plans.get(_file_key(Path(path), None))
+    if not entry and free and free.get("kernel") == kernel:
+        entry = free
+    if not entry:
+        return None
+    return KernelPlan(kernel=entry["kernel"], layouts=entry["layouts"], scores=entry.get("scores_ms", {}),
+                      source="cache")
+
+
+def _candidates(kernel: str | None) -> list[tuple[str, str]]:
+    kernels = [kernel] if kernel else list(quant.kernels())
+    return [(k, layout) for k in kernels for layout in quant.LAYOUTS if layout == "rows" or k != "avx2"]
+
+
+def _time_class(matrices: dict[str, list[QuantMatrix]], candidates, inputs) -> dict[tuple[str, str], float]:
+    """Median ms over REPEATS of every candidate's products over the class's matrices, per row count, summed.
+    inputs: (rows, width) -> activations."""
+    times = {(c, m): [] for c in candidates for m in ROWS}
+    cells = list(times)
+    for repeat in range(REPEATS):
+        for (kernel, layout), m in cells[repeat % len(cells):] + cells[:repeat % len(cells)]:
+            with quant.use_kernel(kernel):
+                start = time.perf_counter()
+                for matrix in matrices[layout]:
+                    matrix.matmul(inputs[m, matrix.in_features])
+                times[(kernel, layout), m].append(time.perf_counter() - start)
+    return {c: sum(statistics.median(times[c, m]) for m in ROWS) * 1e3 for c in candidates}
+
+
+def measure(path, classes: dict[str, list[QuantMatrix]], kernel: str | None = None) -> KernelPlan:
+    """Time every candidate on each class (matrices in the file's rows; their groups of 16 made here) and choose."""
+    candidates = _candidates(kernel)
+    default_kernel = kernel or quant.kernels()[-1]
+    scores: dict[str, dict[tuple[str, str], float]] = {}
+    for cls, rows in classes.items():
+        layouts = {"rows": rows}
+        if all(m.qtype in quant.R16_BLOCK_BYTES and m.out_features % quant.R16_ROWS == 0 for m in rows):
+            layouts["r16"] = [m.in_layout("r16") for m in rows]
+        usable = [c for c in candidates if c[1] in layouts]
+        inputs = {(m, k): torch.randn(m, k) for m in ROWS for k in {matrix.in_features for matrix in rows}}
+        for layout_matrices in layouts.values():  # first touch, outside the timing
+            for matrix in layout_matrices:
+                matrix.matmul(inputs[1, matrix.in_features])
+        print(f"specdec: timing {len(usable)} kernel/layout candidates on {path.name}'s {cls} matrices",
+              file=sys.stderr, flush=True)
+        scores[cls] = _time_class(layouts, usable, inputs)
+
+    def best_layout(cls: str, k: str) -> tuple[str, float]:
+        options = {layout: ms for (kk, layout), ms in scores[cls].items() if kk == k}
+        default = "r16" if "r16" in options and k != "avx2" else "rows"
+        pick = min(options, key=options.get)
+        if options[pick] > options[default] * (1 - MARGIN):
+            pick = default
+        return pick, options[pick]
+
+    totals = {k: sum(best_layout(cls, k)[1] for cls in scores) for k, _ in candidates}
+    chosen = min(totals, key=totals.get)
+    if totals[chosen] > totals[default_kernel] * (1 - MARGIN):
+        chosen = default_kernel
+    return KernelPlan(kernel=chosen, layouts={cls: best_layout(cls, chosen)[0] for cls in scores},
+                      scores={cls: {f"{k}/{layout}": round(ms, 3) for (k, layout), ms in s.items()}
+                              for cls, s in scores.items()},
+                      source="measured")
+
+
+def plan_for(path, classes) -> KernelPlan:
+    """The plan a file loads with. classes: a callable giving class -> its matrices in the file's rows (called only
+    when a measurement is due, since it copies the weights). The kernel that an earlier plan of this process set
+    stays: a later file is measured for its layouts on that kernel."""
+    path = Path(path)
+    if _mode() == "off" or not quant.available() or _named_elsewhere():
+        return default_plan()
+    kernel = quant.planned_kernel()
+    if _mode() == "auto":
+        found = cached_plan(path, kernel)
+        if found:
+            quant.set_planned_kernel(found.kernel)
+            return found
+    matrices = classes()
+    if sum(m.nbytes for ms in matrices.values() for m in ms) < MIN_BYTES:
+        return default_plan()
+    plan = measure(path, matrices, kernel)
+    quant.set_planned_kernel(plan.kernel)
+    entries = _read_cache()
+    entries.setdefault(machine_key(), {})[_file_key(path, kernel)] = plan.as_record()
+    _write_cache(entries)
+    return plan

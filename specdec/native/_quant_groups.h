@@ -1,0 +1,342 @@
+/* The group functions (Q4_K_R16, Q6_K_R16, Q5_0_R16, Q8_0_R16: the 16 outputs of one group of rows for up to
+ * R16_INPUTS inputs, out[i * R16 + r]) on GROUP_BITS-bit registers. _quant_kernels.h includes this file once per
+ * width: 512 (16 rows a register: the avx512-vnni and amx kernels) and 256 (8 rows a register, each group in two
+ * parts: the avx512-vnni-256 kernel, the AVX512-VL encodings of the same instructions, for CPUs that run a 512-bit
+ * instruction as two 256-bit halves). Lane r of part h is row GL h + r, and every lane takes the same integer and
+ * float operations in the same order at either width, so both give the same bits (and the row code's: the layouts
+ * and why are above q4k_pack_block .. q8_0_pack_block). No include guard: included twice on purpose. */
+#if GROUP_BITS == 512
+#define GL 16
+#define VI __m512i
+#define VF __m512
+#define V_LOAD(p) _mm512_loadu_si512((const void *)(p))
+#define V_AND _mm512_and_si512
+#define V_SRLI16 _mm512_srli_epi16
+#define V_SLLI16 _mm512_slli_epi16
+#define V_SLLI32 _mm512_slli_epi32
+#define V_ADD32 _mm512_add_epi32
+#define V_SUB32 _mm512_sub_epi32
+#define V_MULLO32 _mm512_mullo_epi32
+#define V_DPBUSD _mm512_dpbusd_epi32
+#define V_DPWSSD _mm512_dpwssd_epi32
+#define V_MADDUBS _mm512_maddubs_epi16
+#define V_SET1_8 _mm512_set1_epi8
+#define V_SET1_32 _mm512_set1_epi32
+#define V_ZERO _mm512_setzero_si512
+#define V_TERNARY _mm512_ternarylogic_epi32
+#define V_SHUFFLE8 _mm512_shuffle_epi8
+#define V_BROADCAST128 _mm512_broadcast_i32x4
+#define V_U8_TO_32(p) _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(p)))
+#define V_U8_TO_16(p) _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)(p)))
+#define V_I8_TO_16(p) _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)(p)))
+#define F_HALVES(p) _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(p)))
+#define F_ZERO _mm512_setzero_ps
+#define F_SET1 _mm512_set1_ps
+#define F_MUL _mm512_mul_ps
+#define F_ADD _mm512_add_ps
+#define F_FMADD _mm512_fmadd_ps
+#define F_FNMADD _mm512_fnmadd_ps
+#define F_CVT _mm512_cvtepi32_ps
+#define F_STORE _mm512_storeu_ps
+#elif GROUP_BITS == 256
+#define GL 8
+#define VI __m256i
+#define VF __m256
+#define V_LOAD(p) _mm256_loadu_si256((const __m256i *)(p))
+#define V_AND _mm256_and_si256
+#define V_SRLI16 _mm256_srli_epi16
+#define V_SLLI16 _mm256_slli_epi16
+#define V_SLLI32 _mm256_slli_epi32
+#define V_ADD32 _mm256_add_epi32
+#define V_SUB32 _mm256_sub_epi32
+#define V_MULLO32 _mm256_mullo_epi32
+#define V_DPBUSD _mm256_dpbusd_epi32
+#define V_DPWSSD _mm256_dpwssd_epi32
+#define V_MADDUBS _mm256_maddubs_epi16
+#define V_SET1_8 _mm256_set1_epi8
+#define V_SET1_32 _mm256_set1_epi32
+#define V_ZERO _mm256_setzero_si256
+#define V_TERNARY _mm256_ternarylogic_epi32
+#define V_SHUFFLE8 _mm256_shuffle_epi8
+#define V_BROADCAST128 _mm256_broadcastsi128_si256
+#define V_U8_TO_32(p) _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(p)))
+#define V_U8_TO_16(p) _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(p)))
+#define V_I8_TO_16(p) _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(p)))
+#define F_HALVES(p) _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p)))
+#define F_ZERO _mm256_setzero_ps
+#define F_SET1 _mm256_set1_ps
+#define F_MUL _mm256_mul_ps
+#define F_ADD _mm256_add_ps
+#define F_FMADD _mm256_fmadd_ps
+#define F_FNMADD _mm256_fnmadd_ps
+#define F_CVT _mm256_cvtepi32_ps
+#define F_STORE _mm256_storeu_ps
+#else
+#error "GROUP_BITS must be 512 or 256"
+#endif
+#define GH (R16 / GL)                          /* parts of a group */
+#define GCAT2(a, b) a##_##b
+#define GCAT(a, b) GCAT2(a, b)
+#define GNAME(name) GCAT(name, GROUP_BITS)     /* group_q4_k_r16_512, group_q4_k_r16_256, ... */
+/* Where part h's rows start in a block's arrays of 4 quant bytes, 2 bytes (fp16, int16 pairs) or 1 byte per row */
+#define AT4(h) (4 * GL * (h))
+#define AT2(h) (2 * GL * (h))
+#define AT1(h) (GL * (h))
+
+/* Eight accumulators summed lane by lane in hsum8's order: ((a0 + a4) + (a2 + a6)) + ((a1 + a5) + (a3 + a7)). */
+TARGET512 static inline VF GNAME(sum8)(const VF *a) {
+    return F_ADD(F_ADD(F_ADD(a[0], a[4]), F_ADD(a[2], a[6])), F_ADD(F_ADD(a[1], a[5]), F_ADD(a[3], a[7])));
+}
+
+/* acc[input][part][l] for the first nx inputs set to zero, and at the end stored in hsum8's order into out. */
+#define GROUP_ACCUMULATORS VF acc[R16_INPUTS][GH][8];                                                         \
+    for (int i = 0; i < nx; i++)                                                                              \
+        for (int h = 0; h < GH; h++)                                                                          \
+            for (int l = 0; l < 8; l++) acc[i][h][l] = F_ZERO();
+#define GROUP_STORE                                                                                           \
+    for (int i = 0; i < nx; i++)                                                                              \
+        for (int h = 0; h < GH; h++) F_STORE(out + i * R16 + AT1(h), GNAME(sum8)(acc[i][h]));
+
+/* Q4_K: per block and input, S (lane r: the row's scaled quants times the input's, exact), Mn (the mins times the
+ * input's sums per 32), then q4k_flush's two roundings into accumulator b mod 8; at the end hsum8's order. room: the
+ * blocks from w to the matrix's end (the prefetches stay inside it). */
+TARGET512 static inline __attribute__((always_inline)) void GNAME(group_q4_k_r16)(const uint8_t *w,
+                                                                                   const act_k *const *x, int nx,
+                                                                                   int64_t blocks, int64_t room,
+                                                                                   float *out) {
+    GROUP_ACCUMULATORS
+    const VI low4 = V_SET1_8(0x0F);
+    for (int64_t b = 0; b < blocks; b++, w += R16_Q4K_BYTES) {
+        r16_prefetch(w, R16_Q4K_BYTES, b, room);
+        for (int h = 0; h < GH; h++) {
+            VI S[R16_INPUTS];
+            for (int i = 0; i < nx; i++) S[i] = V_ZERO();
+            for (int p = 0; p < 4; p++) { /* chunk p: sub-blocks 2p (low nibbles) and 2p + 1 (high) */
+                VI lo_sum[R16_INPUTS], hi_sum[R16_INPUTS];
+                for (int i = 0; i < nx; i++) lo_sum[i] = hi_sum[i] = V_ZERO();
+                for (int t = 0; t < 8; t++) {
+                    const VI v = V_LOAD(w + R16_QS + 512 * p + 64 * t + AT4(h));
+                    const VI lo = V_AND(v, low4), hi = V_AND(V_SRLI16(v, 4), low4);
+                    for (int i = 0; i < nx; i++) {
+                        int32_t a, c;
+                        memcpy(&a, x[i][b].q + 64 * p + 4 * t, 4);
+                        memcpy(&c, x[i][b].q + 64 * p + 32 + 4 * t, 4);
+                        lo_sum[i] = V_DPBUSD(lo_sum[i], lo, V_SET1_32(a));
+                        hi_sum[i] = V_DPBUSD(hi_sum[i], hi, V_SET1_32(c));
+                    }
+                }
+                const uint8_t *scales = w + R16_SCALES + 2 * R16 * p; /* 16 rows' scales per sub-block */
+                const VI sc_lo = V_U8_TO_32(scales + AT1(h)), sc_hi = V_U8_TO_32(scales + R16 + AT1(h));
+                for (int i = 0; i < nx; i++)
+                    S[i] = V_ADD32(S[i], V_ADD32(V_MULLO32(lo_sum[i], sc_lo), V_MULLO32(hi_sum[i], sc_hi)));
+            }
+            const VF d = F_HALVES(w + R16_D + AT2(h)), dmin = F_HALVES(w + R16_DMIN + AT2(h));
+            for (int i = 0; i < nx; i++) {
+                VI Mn = V_ZERO();
+                for (int k = 0; k < 4; k++) { /* lane r: its mins 2k, 2k + 1 times the input's sums of those 32s */
+                    int32_t pair;
+                    memcpy(&pair, x[i][b].sums32 + 2 * k, 4);
+                    Mn = V_DPWSSD(Mn, V_U8_TO_16(w + R16_MINS + 2 * R16 * k + AT2(h)), V_SET1_32(pair));
+                }
+                const VF dx = F_SET1(x[i][b].d);
+                VF *a = &acc[i][h][b & 7];
+                *a = F_FMADD(F_MUL(d, dx), F_CVT(S[i]), *a);
+                *a = F_FNMADD(F_MUL(dmin, dx), F_CVT(Mn), *a);
+            }
+        }
+    }
+    GROUP_STORE
+}
+
+/* Q6_K: per block, lane l's integers for every row (eight registers per input), its offset off them, then
+ * q6k_accumulate's rounding into accumulator l; at the end hsum8's order across the eight. Four inputs a pass, as
+ * for Q4_K: with eight integer registers an input some spill, yet that measured faster over the whole step than one
+ * or two a pass (bench/lean_step.py, Zen 5: re-unpacking per pass costs more than the spills). */
+TARGET512 static inline __attribute__((always_inline)) void GNAME(group_q6_k_r16)(const uint8_t *w,
+                                                                                   const act_k *const *x, int nx,
+                                                                                   int64_t blocks, int64_t room,
+                                                                                   float *out) {
+    GROUP_ACCUMULATORS
+    const VI low4 = V_SET1_8(0x0F), top2 = V_SET1_8(0x30);
+    /* int16 lanes 2r and 2r + 1 both take row r's scale 2t (even) or 2t + 1 (odd) from lanes 2r, 2r + 1 */
+    const VI even = V_BROADCAST128(_mm_setr_epi8(0, 1, 0, 1, 4, 5, 4, 5, 8, 9, 8, 9, 12, 13, 12, 13));
+    const VI odd = V_BROADCAST128(_mm_setr_epi8(2, 3, 2, 3, 6, 7, 6, 7, 10, 11, 10, 11, 14, 15, 14, 15));
+    for (int64_t b = 0; b < blocks; b++, w += R16_Q6K_BYTES) {
+        r16_prefetch(w, R16_Q6K_BYTES, b, room);
+        for (int h = 0; h < GH; h++) {
+            VI lanes[R16_INPUTS][8];
+            for (int i = 0; i < nx; i++)
+                for (int l = 0; l < 8; l++) lanes[i][l] = V_ZERO();
+            for (int t = 0; t < 8; t++) {
+                const uint8_t *piece = w + R16_Q6K_QS + 384 * t;
+                /* row r's scales 2t and 2t + 1 in int16 lanes 2r and 2r + 1 */
+                const VI pairs = V_I8_TO_16(w + R16_Q6K_SCALES + 2 * R16 * t + AT2(h));
+                const VI sc_even = V_SHUFFLE8(pairs, even), sc_odd = V_SHUFFLE8(pairs, odd);
+                const VI qh0 = V_LOAD(piece + 256 + AT4(h)), qh1 = V_LOAD(piece + 320 + AT4(h));
+                for (int k = 0; k < 4; k++) {
+                    const VI v = V_LOAD(piece + 64 * k + AT4(h));
+                    /* the top two bits of lanes k and k + 4 moved to bits 4-5 (16-bit shifts: what crosses a byte
+                     * is masked off) */
+                    const VI h0 = k < 3 ? V_SLLI16(qh0, 4 - 2 * k) : V_SRLI16(qh0, 2);
+                    const VI h1 = k < 3 ? V_SLLI16(qh1, 4 - 2 * k) : V_SRLI16(qh1, 2);
+                    const VI q_lo = V_TERNARY(V_AND(v, low4), h0, top2, 0xF8);
+                    const VI q_hi = V_TERNARY(V_AND(V_SRLI16(v, 4), low4), h1, top2, 0xF8); /* a | (b & c) */
+                    for (int i = 0; i < nx; i++) {
+                        int32_t a, c;
+                        memcpy(&a, x[i][b].q + 32 * t + 4 * k, 4);
+                        memcpy(&c, x[i][b].q + 32 * t + 4 * (k + 4), 4);
+                        const VI pa = V_MADDUBS(q_lo, V_SET1_32(a));
+                        const VI pc = V_MADDUBS(q_hi, V_SET1_32(c));
+                        lanes[i][k] = V_DPWSSD(lanes[i][k], pa, sc_even);
+                        lanes[i][k + 4] = V_DPWSSD(lanes[i][k + 4], pc, sc_odd);
+                    }
+                }
+            }
+            const VF d = F_HALVES(w + R16_Q6K_D + AT2(h));
+            for (int l = 0; l < 8; l++) {
+                const VI pairs = V_I8_TO_16(w + R16_Q6K_SCALES + 2 * R16 * l + AT2(h));
+                for (int i = 0; i < nx; i++) {
+                    int32_t sums;
+                    memcpy(&sums, x[i][b].sums + 2 * l, 4);
+                    const VI offset = V_DPWSSD(V_ZERO(), pairs, V_SET1_32(sums));
+                    const VI total = V_SUB32(lanes[i][l], V_SLLI32(offset, 5));
+                    const VF scale = F_MUL(d, F_SET1(x[i][b].d));
+                    acc[i][h][l] = F_FMADD(scale, F_CVT(total), acc[i][h][l]);
+                }
+            }
+        }
+    }
+    GROUP_STORE
+}
+
+/* One block's lane l for part h's rows (q: their unsigned quants of values 4l..4l+3) into input x's accumulator l:
+ * the lane's integer from the input's offset, then ROW_Q32's rounding. */
+TARGET512 static inline __attribute__((always_inline)) VF GNAME(q32_lane)(VF acc, VF scale, VI q, const act_32 *x,
+                                                                          int l) {
+    int32_t quad;
+    memcpy(&quad, x->q + 4 * l, 4);
+    const VI lane = V_DPBUSD(V_SET1_32(x->offsets[l]), q, V_SET1_32(quad));
+    return F_FMADD(scale, F_CVT(lane), acc);
+}
+
+/* Q5_0: the fifth bits joined to the nibbles, then q32_lane per lane and input. */
+TARGET512 static inline __attribute__((always_inline)) void GNAME(group_q5_0_r16)(const uint8_t *w,
+                                                                                   const act_32 *const *x, int nx,
+                                                                                   int64_t blocks, int64_t room,
+                                                                                   float *out) {
+    GROUP_ACCUMULATORS
+    const VI low4 = V_SET1_8(0x0F), fifth = V_SET1_8(0x10);
+    for (int64_t b = 0; b < blocks; b++, w += R16_Q5_0_BYTES) {
+        r16_prefetch(w, R16_Q5_0_BYTES, b, room);
+        for (int h = 0; h < GH; h++) {
+            VF scale[R16_INPUTS]; /* per input, (d x the input's d) for the part's rows: ROW_Q32's one multiply */
+            const VF d = F_HALVES(w + AT2(h));
+            for (int i = 0; i < nx; i++) scale[i] = F_MUL(d, F_SET1(x[i][b].d));
+            const VI bits = V_LOAD(w + R16_Q32_QS + 256 + AT4(h));
+            for (int k = 0; k < 4; k++) {
+                const VI v = V_LOAD(w + R16_Q32_QS + 64 * k + AT4(h));
+                /* the fifth bits of lanes k and k + 4 moved to bit 4 (16-bit shifts: what crosses a byte is masked
+                 * off) */
+                const VI h_lo = V_SLLI16(bits, 4 - k), h_hi = V_SRLI16(bits, k);
+                const VI q_lo = V_TERNARY(V_AND(v, low4), h_lo, fifth, 0xF8);
+                const VI q_hi = V_TERNARY(V_AND(V_SRLI16(v, 4), low4), h_hi, fifth, 0xF8); /* a | (b & c) */
+                for (int i = 0; i < nx; i++) {
+                    acc[i][h][k] = GNAME(q32_lane)(acc[i][h][k], scale[i], q_lo, &x[i][b], k);
+                    acc[i][h][k + 4] = GNAME(q32_lane)(acc[i][h][k + 4], scale[i], q_hi, &x[i][b], k + 4);
+                }
+            }
+        }
+    }
+    GROUP_STORE
+}
+
+/* Q8_0: its quants + 128 as unsigned bytes (the input's offsets take the 128 back off), q32_lane per lane. */
+TARGET512 static inline __attribute__((always_inline)) void GNAME(group_q8_0_r16)(const uint8_t *w,
+                                                                                   const act_32 *const *x, int nx,
+                                                                                   int64_t blocks, int64_t room,
+                                                                                   float *out) {
+    GROUP_ACCUMULATORS
+    for (int64_t b = 0; b < blocks; b++, w += R16_Q8_0_BYTES) {
+        r16_prefetch(w, R16_Q8_0_BYTES, b, room);
+        for (int h = 0; h < GH; h++) {
+            VF scale[R16_INPUTS];
+            const VF d = F_HALVES(w + AT2(h));
+            for (int i = 0; i < nx; i++) scale[i] = F_MUL(d, F_SET1(x[i][b].d));
+            for (int l = 0; l < 8; l++) {
+                const VI q = V_LOAD(w + R16_Q32_QS + 64 * l + AT4(h));
+                for (int i = 0; i < nx; i++) acc[i][h][l] = GNAME(q32_lane)(acc[i][h][l], scale[i], q, &x[i][b], l);
+            }
+        }
+    }
+    GROUP_STORE
+}
+
+/* Each group function compiled for 1..R16_INPUTS inputs (the count a constant, as for the row functions), and their
+ * table: group_q4_k_r16_512_for[nx] and so on. */
+#define GROUP_FN(NAME, ACT, N)                                                                                     \
+    TARGET512 static void GCAT(NAME, N)(const uint8_t *w, const ACT *const *x, int64_t blocks, int64_t room,     \
+                                        float *o) {                                                               \
+        NAME(w, x, N, blocks, room, o);                                                                           \
+    }
+#define SPECIALISE_GROUP(NAME, ACT)                                                                                \
+    GROUP_FN(NAME, ACT, 1) GROUP_FN(NAME, ACT, 2) GROUP_FN(NAME, ACT, 3) GROUP_FN(NAME, ACT, 4)                    \
+    static void (*const GCAT(NAME, for)[R16_INPUTS + 1])(const uint8_t *, const ACT *const *, int64_t, int64_t,  \
+                                                         float *) = {NULL, GCAT(NAME, 1), GCAT(NAME, 2),          \
+                                                                     GCAT(NAME, 3), GCAT(NAME, 4)};
+SPECIALISE_GROUP(GNAME(group_q4_k_r16), act_k)
+SPECIALISE_GROUP(GNAME(group_q6_k_r16), act_k)
+SPECIALISE_GROUP(GNAME(group_q5_0_r16), act_32)
+SPECIALISE_GROUP(GNAME(group_q8_0_r16), act_32)
+
+/* The 16 outputs of one group for nx inputs on its type's group function. */
+TARGET512 static void GNAME(group_product)(int type, const uint8_t *w, const void **rows, int nx, int64_t blocks,
+                                           int64_t room, float *out) {
+    switch (type) {
+    case Q4_K_R16: GCAT(GNAME(group_q4_k_r16), for)[nx](w, (const act_k *const *)rows, blocks, room, out); break;
+    case Q6_K_R16: GCAT(GNAME(group_q6_k_r16), for)[nx](w, (const act_k *const *)rows, blocks, room, out); break;
+    case Q5_0_R16: GCAT(GNAME(group_q5_0_r16), for)[nx](w, (const act_32 *const *)rows, blocks, room, out); break;
+    default: GCAT(GNAME(group_q8_0_r16), for)[nx](w, (const act_32 *const *)rows, blocks, room, out); break;
+    }
+}
+
+#undef GROUP_FN
+#undef SPECIALISE_GROUP
+#undef GROUP_ACCUMULATORS
+#undef GROUP_STORE
+#undef AT4
+#undef AT2
+#undef AT1
+#undef GNAME
+#undef GH
+#undef GL
+#undef VI
+#undef VF
+#undef V_LOAD
+#undef V_AND
+#undef V_SRLI16
+#undef V_SLLI16
+#undef V_SLLI32
+#undef V_ADD32
+#undef V_SUB32
+#undef V_MULLO32
+#undef V_DPBUSD
+#undef V_DPWSSD
+#undef V_MADDUBS
+#undef V_SET1_8
+#undef V_SET1_32
+#undef V_ZERO
+#undef V_TERNARY
+#undef V_SHUFFLE8
+#undef V_BROADCAST128
+#undef V_U8_TO_32
+#undef V_U8_TO_16
+#undef V_I8_TO_16
+#undef F_HALVES
+#undef F_ZERO
+#undef F_SET1
+#undef F_MUL
+#undef F_ADD
+#undef F_FMADD
+#undef F_FNMADD
+#undef F_CVT
+#undef F_STORE

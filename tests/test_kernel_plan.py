@@ -1,0 +1,121 @@
+"""The kernel plan (specdec/gguf/kernel_plan.py): a GGUF file's product kernel and per-class layouts, measured on this
+machine at its first load, cached, recorded, and never a change of bits."""
+
+import json
+
+import pytest
+import torch
+
+from specdec.gguf import kernel_plan, quant
+from specdec.gguf.kernel_plan import HEAD, KernelPlan
+from specdec.gguf.lean import LeanLM, product_kernel
+from specdec.gguf.model import read_gguf
+from specdec.testing import tiny_gguf
+
+pytestmark = pytest.mark.skipif(not quant.available(), reason="specdec.native._quant not available here")
+TYPES = {"attn_q": "Q4_K", "attn_k": "Q4_K", "attn_v": "Q6_K", "attn_output": "Q4_K", "ffn_gate": "Q4_K",
+         "ffn_up": "Q4_K", "ffn_down": "Q6_K", "output": "Q6_K", "token_embd": "Q8_0"}
+
+
+@pytest.fixture
+def plans_on(tmp_path, monkeypatch):
+    """Plans measured even for a tiny file, cached under tmp_path; the process's planned kernel reset after."""
+    monkeypatch.setenv(kernel_plan.PLAN_ENV, "auto")
+    monkeypatch.setenv(kernel_plan.CACHE_ENV, str(tmp_path / "cache"))
+    monkeypatch.delenv(quant.KERNEL_ENV, raising=False)
+    monkeypatch.delenv(quant.LAYOUT_ENV, raising=False)
+    monkeypatch.setattr(kernel_plan, "MIN_BYTES", 0)
+    monkeypatch.setattr(kernel_plan, "REPEATS", 1)
+    quant.set_planned_kernel(None)
+    yield tmp_path
+    quant.set_planned_kernel(None)
+
+
+def logits(model) -> list[torch.Tensor]:
+    session = LeanLM(model, max_length=64)
+    tokens = list(range(3, 40))
+    return [session.extend(tokens[:30], 1), session.extend(tokens[30:31], 1), session.extend(tokens[31:36], 5)]
+
+
+def test_a_measured_plan_loads_the_file_in_its_layouts_is_cached_and_keeps_the_bits(plans_on, monkeypatch):
+    path = tiny_gguf(plans_on / "m.gguf", types=TYPES, hidden=256, ffn=512)
+    measured = read_gguf(path)
+    plan = measured.plan
+    assert plan.source == "measured" and plan.kernel in quant.kernels()
+    assert set(plan.scores) == {"Q4_K", "Q6_K", HEAD}  # the layers' types and the head; the embedding is looked up
+    every = {f"{k}/{layout}" for k in quant.kernels() for layout in quant.LAYOUTS if layout == "rows" or k != "avx2"}
+    assert set(plan.scores[HEAD]) == every and all(ms > 0 for ms in plan.scores[HEAD].values())
+    assert measured.output.layout == plan.layouts[HEAD]
+    assert measured.layers[0].up.layout == plan.layouts["Q4_K"] and measured.layers[1].down.layout == plan.layouts[
+        "Q6_K"]
+    assert quant.kernel_name() == plan.kernel  # the process runs the plan's kernel
+    assert product_kernel(measured) == f"gguf-{plan.label()}"
+
+    again = read_gguf(path)  # the second load reads the cache: no measurement
+    assert again.plan.source == "cache" and again.plan.layouts == plan.layouts and again.plan.kernel == plan.kernel
+    entries = json.loads(kernel_plan.cache_path().read_text())
+    assert list(entries) == [kernel_plan.machine_key()]
+
+    monkeypatch.setenv(kernel_plan.PLAN_ENV, "off")
+    quant.set_planned_kernel(None)
+    default = read_gguf(path)
+    assert default.plan.source == "default"
+    with quant.use_kernel(plan.kernel):
+        for a, b in zip(logits(measured), logits(default)):
+            assert torch.equal(a.view(torch.int32), b.view(torch.int32))
+
+
+def test_a_corrupt_cache_is_measured_again_and_rewritten(plans_on):
+    path = tiny_gguf(plans_on / "m.gguf", types=TYPES)
+    cache = kernel_plan.cache_path()
+    cache.parent.mkdir(parents=True)
+    cache.write_text("{ not json")
+    assert read_gguf(path).plan.source == "measured"
+    assert kernel_plan.machine_key() in json.loads(cache.read_text())
+
+
+def test_naming_a_kernel_or_turning_plans_off_skips_the_measurement(plans_on, monkeypatch):
+    path = tiny_gguf(plans_on / "m.gguf", types=TYPES)
+    monkeypatch.setenv(quant.KERNEL_ENV, "avx2")
+    assert read_gguf(path).plan.source == "default" and not kernel_plan.cache_path().exists()
+    monkeypatch.delenv(quant.KERNEL_ENV)
+    with quant.use_kernel("avx2"):
+        assert read_gguf(path).plan.source == "default"
+    monkeypatch.setenv(kernel_plan.PLAN_ENV, "sometimes")
+    with pytest.raises(ValueError, match="SPECDEC_KERNEL_PLAN='sometimes': expected 'auto', 'off' or 'remeasure'"):
+        read_gguf(path)
+
+
+def scores(times: dict[tuple[str, str], float]):
+    """A stand-in for the timing: every candidate at 10 ms unless named."""
+    def fake(matrices, candidates, inputs):
+        return {c: times.get(c, 10.0) for c in candidates}
+    return fake
+
+
+@pytest.mark.skipif(len(quant.kernels()) < 2, reason="one kernel: nothing to choose")
+def test_the_default_stays_unless_a_candidate_is_clearly_faster(plans_on, monkeypatch):
+    """The choice itself, on given timings: a tie or a gain under MARGIN keeps the default (the last kernel, groups
+    of 16 rows); a clear gain takes the candidate, per class for layouts and over all classes for the kernel."""
+    matrices = {"Q4_K": [quant.random_quant_matrix("Q4_K", 32, 256)], HEAD: [quant.random_quant_matrix("Q6_K", 32,
+                                                                                                       256)]}
+    last, other = quant.kernels()[-1], quant.kernels()[-2]
+    monkeypatch.setattr(kernel_plan, "_time_class", scores({}))
+    plan = kernel_plan.measure(plans_on / "x.gguf", matrices)
+    assert plan.kernel == last and plan.layouts == {"Q4_K": "r16", HEAD: "r16"}
+    monkeypatch.setattr(kernel_plan, "_time_class", scores({(last, "rows"): 9.9, (other, "r16"): 9.9}))
+    plan = kernel_plan.measure(plans_on / "x.gguf", matrices)  # 1% faster: noise, not a reason
+    assert plan.kernel == last and plan.layouts == {"Q4_K": "r16", HEAD: "r16"}
+    monkeypatch.setattr(kernel_plan, "_time_class", scores({(last, "rows"): 8.0}))
+    plan = kernel_plan.measure(plans_on / "x.gguf", matrices)
+    assert plan.kernel == last and plan.layouts == {"Q4_K": "rows", HEAD: "rows"}
+    monkeypatch.setattr(kernel_plan, "_time_class", scores({(other, "r16"): 8.0}))
+    plan = kernel_plan.measure(plans_on / "x.gguf", matrices)
+    assert plan.kernel == other and plan.layouts == {"Q4_K": "r16", HEAD: "r16"}
+
+
+def test_the_label_names_each_class_off_the_layers_layout():
+    assert KernelPlan("amx", {"Q4_K": "r16", "Q6_K": "r16", HEAD: "rows"}).label() == "amx-r16+head-rows"
+    assert KernelPlan("avx512-vnni-256", {"Q5_0": "r16", "Q6_K": "rows", HEAD: "r16"}).label() == \
+        "avx512-vnni-256-r16+Q6_K-rows"
+    assert KernelPlan("avx2", {"Q4_K": "rows", HEAD: "rows"}).label() == "avx2"
