@@ -7,7 +7,8 @@ bandwidth floor (the bytes a step reads / the machine's read bandwidth, measured
 Passes are interleaved per repeat (each crops back to the context first), and so are the product kernels (every one
 this CPU runs, unless named; they give the same bits) on the file's row layout, and the layout a model loads with by
 default where that is another (Q4_K in groups of 16 rows on AVX-512, `quant.preferred_layout`; one more copy of the
-model in memory); medians and the spread over repeats. Run it alone on the machine."""
+model in memory), and the file's kernel plan where it differs from that default (specdec/gguf/kernel_plan.py:
+measured at this load, or this machine's cached plan); medians and the spread over repeats. Run it alone."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ import time
 
 import torch
 
-from specdec.gguf import quant
+from specdec.gguf import kernel_plan, quant
 from specdec.gguf.lean import LeanLM
 from specdec.study.cost.profiling import memory_bandwidth
 
@@ -37,11 +38,19 @@ def main() -> None:
                         help="also time the sessions with their head limited to the first N ids (a draft's vocab)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
+    os.environ[kernel_plan.PLAN_ENV] = "off"
     os.environ[quant.LAYOUT_ENV] = "rows"
     sessions = {"rows": LeanLM(args.gguf, layers=args.layers)}
     os.environ[quant.LAYOUT_ENV] = "auto"
-    if quant.kernel_label() != quant.kernel_name():  # models load in another layout here: that one too
+    default_kernel = quant.kernel_name()
+    if quant.kernel_label() != default_kernel:  # models load in another layout here: that one too
         sessions["grouped"] = LeanLM(args.gguf, layers=args.layers)
+    os.environ[kernel_plan.PLAN_ENV] = "auto"
+    planned = LeanLM(args.gguf, layers=args.layers)  # the kernel plan (measured now, or this machine's cached one)
+    plan = planned.model.plan
+    if plan.source != "default":
+        print(f"kernel plan ({plan.source}): {plan.label()}", flush=True)
+        sessions["planned"] = planned
     if args.head_vocab:
         for layout, session in list(sessions.items()):
             limited = sessions[f"{layout}-v{args.head_vocab}"] = LeanLM(session.model, layers=args.layers)
@@ -53,8 +62,9 @@ def main() -> None:
     for session in sessions.values():
         session.extend(context, 1)
     kernels = args.kernels or list(quant.kernels())
-    variants = [(kernel, "rows") for kernel in kernels] + [(quant.kernel_name(), layout) for layout in sessions
-                                                           if layout != "rows"]
+    variants = [(kernel, "rows") for kernel in kernels] + [
+        (plan.kernel if layout.startswith("planned") else default_kernel, layout) for layout in sessions
+        if layout != "rows"]
     cells = [(variant, m) for variant in variants for m in args.m]
     times = {cell: [] for cell in cells}
     for repeat in range(args.repeats + 1):  # the first round warms up

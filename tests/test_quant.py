@@ -378,3 +378,14 @@ def test_a_float_matrix_quantised_to_q8_0_holds_the_gguf_packages_blocks():
         quant.quantize_q8_0(torch.randn(8, 40), "head.fc")
     with pytest.raises(ValueError, match="quantises a floating-point matrix"):
         quant.quantize_q8_0(torch.ones(8, 32, dtype=torch.int32))
+
+
+def test_weight_buffers_are_writable_bytes_of_the_shape_asked_for():
+    """Matrices' bytes live in numpy-allocated memory (2 MB pages where Linux grants them); the loaders copy into
+    it and the kernels read it as any uint8 tensor."""
+    buffer = quant.weight_bytes(3, 5)
+    assert buffer.shape == (3, 5) and buffer.dtype == torch.uint8 and buffer.is_contiguous()
+    buffer.fill_(7)
+    assert int(buffer.sum()) == 105
+    grouped = random_quant_matrix("Q4_K", 16, 256).in_layout("r16")
+    assert grouped.raw.shape == (16, quant.row_bytes("Q4_K", 256, "r16"))

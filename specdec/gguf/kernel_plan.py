@@ -43,7 +43,8 @@ CACHE_ENV = "SPECDEC_CACHE"
 MIN_BYTES = 64 << 20  # below this a file's products sit in cache: timing them says nothing about a step
 ROWS = (1, 4)         # a decoding step and a verify pass of k 3
 REPEATS = 5
-MARGIN = 0.03         # a candidate must beat the default by this fraction to replace it
+MARGIN = 0.05         # a candidate must beat the default by this fraction to replace it (copies of one matrix
+                      # in other memory differ by a few percent on a busy host: not a reason)
 HEAD = "head"
 
 

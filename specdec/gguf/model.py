@@ -247,7 +247,7 @@ def _matrices(tensors: dict, names: list[str], multiplied: bool = True, plan: Ke
     for qtype, run in itertools.groupby(names, key=lambda name: tensors[name].qtype):
         run = list(run)
         raws = [_raw_rows(tensors[name]) for name in run]
-        buffer = torch.empty(sum(raw.shape[0] for raw in raws), raws[0].shape[1], dtype=torch.uint8)
+        buffer = quant.weight_bytes(sum(raw.shape[0] for raw in raws), raws[0].shape[1])
         row = 0
         for raw in raws:
             buffer[row:row + raw.shape[0]].numpy()[:] = raw  # the copy out of the file's memory map
