@@ -3,10 +3,11 @@ import torch
 
 
 @pytest.fixture(autouse=True)
-def _no_kernel_plans(monkeypatch):
-    """Models load with the default kernel and layouts: no test times kernels at load or writes the user's cache
-    (tests/test_kernel_plan.py turns the plans on, with a cache of its own)."""
+def _no_kernel_plans(monkeypatch, tmp_path_factory):
+    """Models load with the default kernel and layouts: no test times kernels at load, reads the user's cached plans
+    or writes them (tests/test_kernel_plan.py turns the plans on, with a cache of its own)."""
     monkeypatch.setenv("SPECDEC_KERNEL_PLAN", "off")
+    monkeypatch.setenv("SPECDEC_CACHE", str(tmp_path_factory.getbasetemp() / "specdec-cache"))
 
 
 @pytest.fixture(autouse=True, scope="session")

@@ -119,3 +119,15 @@ def test_the_label_names_each_class_off_the_layers_layout():
     assert KernelPlan("avx512-vnni-256", {"Q5_0": "r16", "Q6_K": "rows", HEAD: "r16"}).label() == \
         "avx512-vnni-256-r16+Q6_K-rows"
     assert KernelPlan("avx2", {"Q4_K": "rows", HEAD: "rows"}).label() == "avx2"
+
+
+def test_provenance_records_the_plan_a_file_loads_with(plans_on):
+    from specdec.study.provenance import model_record
+
+    path = tiny_gguf(plans_on / "m.gguf", types=TYPES)
+    assert model_record(path)["kernel_plan"] is None  # never loaded here: no plan to report
+    plan = read_gguf(path).plan
+    quant.set_planned_kernel(None)  # as in a later process
+    record = model_record(path)["kernel_plan"]
+    assert record["label"] == plan.label() and record["layouts"] == plan.layouts and record["source"] == "cache"
+    assert set(record["scores_ms"]) == {"Q4_K", "Q6_K", HEAD}

@@ -15,9 +15,10 @@
  * that share each unpacked piece of the weight row; a row (at most a few kilobytes) is read from memory once per call
  * whatever the number of inputs, and the bytes 1 KB ahead of it are prefetched while it is multiplied.
  *
- * Three kernels, the same bits: AVX2 (any x86 CPU with AVX2, FMA, F16C), AVX-512 BW/VL/VNNI where the CPU has it
- * (below: the same integer lanes and the same float epilogue) and AMX (AVX-512 rows, and Q4_K passes of three or more
- * rows on tiles that form the same integers); the caller names one (kernel_supported).
+ * Four kernels, the same bits: AVX2 (any x86 CPU with AVX2, FMA, F16C), AVX-512 BW/VL/VNNI where the CPU has it on
+ * 256-bit registers (avx512-vnni-256: _quant_rows.h, _quant_groups.h) and on 512-bit ones (below: the same integer
+ * lanes and the same float epilogue), and AMX (AVX-512 rows, and Q4_K passes of three or more rows on tiles that
+ * form the same integers); the caller names one (kernel_supported; specdec/gguf/kernel_plan.py measures them).
  *
  * Dequantisation reproduces the gguf package's reference formulas operation by operation (this file is built with
  * -ffp-contract=off: no multiply-add is fused unless written so), bit for bit.

@@ -63,7 +63,16 @@ def model_record(path) -> dict:
             "architecture": arch, "num_hidden_layers": header.metadata.get(f"{arch}.block_count"),
             "hidden_size": header.metadata.get(f"{arch}.embedding_length"),
             "tensor_types": dict(sorted(collections.Counter(t.qtype for t in header.tensors.values()).items())),
-            "product_kernel": product_kernel()}
+            "product_kernel": product_kernel(), "kernel_plan": kernel_plan_record(path)}
+
+
+def kernel_plan_record(path) -> dict | None:
+    """The kernel plan the file loads with on this machine (specdec/gguf/kernel_plan.py: measured at its first load
+    and cached), or None where none is cached (plans off, a kernel named, or the file never loaded here)."""
+    from specdec.gguf import kernel_plan
+
+    plan = kernel_plan.cached_plan(path, kernel_plan.quant.planned_kernel())
+    return None if plan is None else {"label": plan.label(), **plan.as_record()}
 
 
 def provenance(config, model_dirs, benchmark_files, threads: int, kernel_tables=()) -> dict:

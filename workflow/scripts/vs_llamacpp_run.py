@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pandas as pd
 
-from specdec.gguf import quant
 from specdec.drafts import load_plugins
 from specdec.drafts.registry import gguf_draft_source
 from specdec.fp32.kernels import kernel_build
+from specdec.gguf.lean import product_kernel
 from specdec.load import load_target, make_draft
 from specdec.runtime import Runtime
 from specdec.study.io import write_parquet
@@ -56,7 +56,8 @@ def main(snakemake):
                                              settings, tmp),
                 max_new_tokens=n, repeats=int(s["repeats"]), log=log.info)
         # what ran, recorded with the runs themselves (the table's provenance reads it from them)
-        frame = frame.assign(domain=snakemake.wildcards.domain, quant_kernel=quant.kernel_label(),
+        frame = frame.assign(domain=snakemake.wildcards.domain,
+                             quant_kernel=product_kernel(getattr(target, "model", None)).removeprefix("gguf-"),
                              kernel_build=kernel_build(), llamacpp_repack=bool(p.repack))
         write_parquet(frame, snakemake.output[0])
 

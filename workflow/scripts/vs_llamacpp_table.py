@@ -18,6 +18,7 @@ from specdec.study.io import read_parquets, write_csv, write_text
 from specdec.study.peers.llamacpp import read_build_manifest
 from specdec.study.logs import log_to
 from specdec.study.machine import machine_record, package_versions
+from specdec.study.provenance import kernel_plan_record
 from specdec.study.peers.vs_llamacpp import format_ratios, summarize
 from specdec.study.prepare.wheels import sha256_file
 
@@ -50,7 +51,8 @@ def main(snakemake):
             "llama_cpp_build": read_build_manifest(snakemake.input.build),
             "settings": dict(p.settings),
             "target": p.target,
-            "gguf": {name: {"path": path, "sha256": sha256_file(path)} for name, path in p.gguf_files.items()},
+            "gguf": {name: {"path": path, "sha256": sha256_file(path), "kernel_plan": kernel_plan_record(path)}
+                     for name, path in p.gguf_files.items()},
             "packages": package_versions(("specdec", "torch", "gguf", "pandas", "numpy", "snakemake")),
             "n_runs": len(runs),
             "runs_per_method": runs.groupby(["engine", "draft", "k"]).size().rename("n").reset_index()
