@@ -214,11 +214,11 @@ def plan_for(path, classes) -> KernelPlan:
     """The plan a file loads with. classes: a callable giving class -> its matrices in the file's rows (called only
     when a measurement is due, since it copies the weights). The kernel that an earlier plan of this process set
     stays: a later file is measured for its layouts on that kernel."""
-    path = Path(path)
-    if _mode() == "off" or not quant.available() or _named_elsewhere():
+    path, mode = Path(path), _mode()
+    if mode == "off" or not quant.available() or _named_elsewhere():
         return default_plan()
     kernel = quant.planned_kernel()
-    if _mode() == "auto":
+    if mode == "auto":
         found = cached_plan(path, kernel)
         if found:
             quant.set_planned_kernel(found.kernel)

@@ -77,11 +77,16 @@ def planned_kernel() -> str | None:
     return _planned_kernel
 
 
+def _check_runnable(name: str) -> None:
+    if name not in kernels():
+        raise ValueError(f"{name!r} is not a product kernel this CPU runs; it runs {', '.join(kernels()) or 'none'}")
+
+
 def set_planned_kernel(name: str | None) -> None:
     """Make `name` the process's kernel where nothing names one (a kernel plan's choice; None: back to the default)."""
     global _planned_kernel
-    if name is not None and name not in kernels():
-        raise ValueError(f"{name!r} is not a product kernel this CPU runs; it runs {', '.join(kernels()) or 'none'}")
+    if name is not None:
+        _check_runnable(name)
     _planned_kernel = name
 
 
@@ -89,8 +94,7 @@ def set_planned_kernel(name: str | None) -> None:
 def use_kernel(name: str):
     """Run the products inside the block on kernel `name` (tests and benchmarks compare the kernels this way)."""
     global _kernel_override
-    if name not in kernels():
-        raise ValueError(f"{name!r} is not a product kernel this CPU runs; it runs {', '.join(kernels()) or 'none'}")
+    _check_runnable(name)
     previous, _kernel_override = _kernel_override, name
     try:
         yield name

@@ -209,6 +209,14 @@ TARGET512 static inline __attribute__((always_inline)) void GNAME(group_q6_k_r16
     GROUP_STORE
 }
 
+/* Per input, (d x the input's d) for part h's rows of a Q5_0 / Q8_0 group's block (d: the 16 rows' fp16 scales at
+ * the block's start): ROW_Q32's one multiply. */
+TARGET512 static inline __attribute__((always_inline)) void GNAME(q32_scales)(const uint8_t *w, const act_32 *const *x,
+                                                                              int nx, int64_t b, int h, VF *scale) {
+    const VF d = F_HALVES(w + AT2(h));
+    for (int i = 0; i < nx; i++) scale[i] = F_MUL(d, F_SET1(x[i][b].d));
+}
+
 /* One block's lane l for part h's rows (q: their unsigned quants of values 4l..4l+3) into input x's accumulator l:
  * the lane's integer from the input's offset, then ROW_Q32's rounding. */
 TARGET512 static inline __attribute__((always_inline)) VF GNAME(q32_lane)(VF acc, VF scale, VI q, const act_32 *x,
@@ -229,9 +237,8 @@ TARGET512 static inline __attribute__((always_inline)) void GNAME(group_q5_0_r16
     for (int64_t b = 0; b < blocks; b++, w += R16_Q5_0_BYTES) {
         r16_prefetch(w, R16_Q5_0_BYTES, b, room);
         for (int h = 0; h < GH; h++) {
-            VF scale[R16_INPUTS]; /* per input, (d x the input's d) for the part's rows: ROW_Q32's one multiply */
-            const VF d = F_HALVES(w + AT2(h));
-            for (int i = 0; i < nx; i++) scale[i] = F_MUL(d, F_SET1(x[i][b].d));
+            VF scale[R16_INPUTS];
+            GNAME(q32_scales)(w, x, nx, b, h, scale);
             const VI bits = V_LOAD(w + R16_Q32_QS + 256 + AT4(h));
             for (int k = 0; k < 4; k++) {
                 const VI v = V_LOAD(w + R16_Q32_QS + 64 * k + AT4(h));
@@ -260,8 +267,7 @@ TARGET512 static inline __attribute__((always_inline)) void GNAME(group_q8_0_r16
         r16_prefetch(w, R16_Q8_0_BYTES, b, room);
         for (int h = 0; h < GH; h++) {
             VF scale[R16_INPUTS];
-            const VF d = F_HALVES(w + AT2(h));
-            for (int i = 0; i < nx; i++) scale[i] = F_MUL(d, F_SET1(x[i][b].d));
+            GNAME(q32_scales)(w, x, nx, b, h, scale);
             for (int l = 0; l < 8; l++) {
                 const VI q = V_LOAD(w + R16_Q32_QS + 64 * l + AT4(h));
                 for (int i = 0; i < nx; i++) acc[i][h][l] = GNAME(q32_lane)(acc[i][h][l], scale[i], q, &x[i][b], l);

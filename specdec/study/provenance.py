@@ -69,9 +69,9 @@ def model_record(path) -> dict:
 def kernel_plan_record(path) -> dict | None:
     """The kernel plan the file loads with on this machine (specdec/gguf/kernel_plan.py: measured at its first load
     and cached), or None where none is cached (plans off, a kernel named, or the file never loaded here)."""
-    from specdec.gguf import kernel_plan
+    from specdec.gguf import kernel_plan, quant
 
-    plan = kernel_plan.cached_plan(path, kernel_plan.quant.planned_kernel())
+    plan = kernel_plan.cached_plan(path, quant.planned_kernel())
     return None if plan is None else {"label": plan.label(), **plan.as_record()}
 
 
