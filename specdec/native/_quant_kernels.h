@@ -17,8 +17,9 @@
  *
  * Four kernels, the same bits: AVX2 (any x86 CPU with AVX2, FMA, F16C), AVX-512 BW/VL/VNNI where the CPU has it on
  * 256-bit registers (avx512-vnni-256: _quant_rows.h, _quant_groups.h) and on 512-bit ones (below: the same integer
- * lanes and the same float epilogue), and AMX (AVX-512 rows, and Q4_K passes of three or more rows on tiles that
- * form the same integers); the caller names one (kernel_supported; specdec/gguf/kernel_plan.py measures them).
+ * lanes and the same float epilogue), and AMX (AVX-512 rows, and Q4_K passes on tiles that form the same integers:
+ * from 3 rows in the file's layout, from 2 in groups of 16); the caller names one (kernel_supported;
+ * specdec/gguf/kernel_plan.py measures them).
  *
  * Dequantisation reproduces the gguf package's reference formulas operation by operation (this file is built with
  * -ffp-contract=off: no multiply-add is fused unless written so), bit for bit.
@@ -927,11 +928,10 @@ SPECIALISE8(row_q6_k_256, act_k, TARGET512)
 #define TARGET_AMX __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni,amx-tile,amx-int8")))
 #define AMX_TILE 16       /* outputs per tile, and the most inputs one tile holds */
 #define AMX_MIN_INPUTS 3  /* one or two rows run faster on the AVX-512 row functions (bench/quant_kernel.py) */
-/* Q4_K in groups of 16 rows: fewer rows run faster on the AVX-512 group functions, whose one-row and few-row passes
- * beat the row layout's (the Intel Xeon, bench/lean_step.py: a target step 45 ms against 57, a pass over 3 / 5 rows
- * 55 / 70 ms against 69 / 77); unpacking a group's blocks for the tiles from this layout costs more than from the
- * file's rows, and pays only over many tiles (a 17920 x 1536 product on 2 threads: 2.95 / 3.37 ms at 32 rows on
- * the group functions / the tiles, 4.36 / 4.10 at 48, 5.85 / 5.00 at 64) */
+/* Q4_K in groups of 16 rows: unpacking a group's blocks for these tiles (the weights as A) costs more than from the
+ * file's rows and pays only over many tiles of inputs (a 17920 x 1536 product on 2 threads: 2.95 / 3.37 ms at 32
+ * rows on the group functions / these tiles, 4.36 / 4.10 at 48, 5.85 / 5.00 at 64); fewer rows go to
+ * amx_r16_matmul_q4_k (below: the weights as B, as they lie) */
 #define AMX_MIN_INPUTS_R16 48
 
 typedef struct {
@@ -1155,6 +1155,166 @@ TARGET_AMX static int amx_matmul_q4_k(const uint8_t *w, int64_t stride, int grou
     return failed ? -1 : 0;
 }
 
+/* --- Q4_K in groups of 16 rows on AMX tiles with the weights as B: passes of a few rows ------------------------------
+ * The grouped layout keeps a piece's quants as 8 runs of 16 outputs x 4 bytes (q4k_pack_block): with the low nibbles
+ * masked out, then the high ones, that is 16 rows of the B operand of tdpbsud as it reads it (K = the piece's 64
+ * values, N = the group's 16 outputs). A piece holds two sub-blocks with their own scales, so each input enters A
+ * twice, as two rows: its 32 quants of the low sub-block then 32 zeros, and 32 zeros then the high sub-block's. One
+ * tile multiply a piece gives C (2 nx x 16 int32): row i input i's integer sums over the low sub-block, row nx + i
+ * over the high one, lane r output r: the group function's lo_sum / hi_sum. From there the scales, mins and float
+ * epilogue are group_q4_k_r16's line for line: the same bits. The unpacking (two masks per 64 bytes) and the tiles
+ * serve every input of the pass at once, so an extra input costs two tile rows and its epilogue, not 64 vpdpbusd a
+ * block; but per block the tiles' fixed work outweighs one input's vpdpbusd, so one row stays on the group
+ * functions. Measured on the Intel Xeon (1 thread, weights in L2, per group and block): the group functions 55 ns +
+ * 23 per input, these tiles 90 + 12 per input; over the file's 28 ffn_up products (2 threads) 0.43 / 0.49 / 0.52 ms
+ * at 2 / 4 / 5 rows against 0.54 / 0.63 / 0.64; from 48 rows amx_matmul_q4_k's shared unpacking wins (128 rows:
+ * 4.4 against 6.2 ms). */
+#define AMX_R16_MIN_INPUTS 2 /* fewer rows: the group functions (bench/quant_kernel.py) */
+#define AMX_R16_INPUTS 8     /* inputs a pass: twice as many A rows, at most a tile's 16 */
+
+/* C (tiles 0-3, one a piece): 2 nx rows x 16 outputs in int32; A (4, 5): 2 nx rows x 64 quants; B (6, 7): 16 x (16
+ * outputs x 4 nibbles). */
+TARGET_AMX static void amx_configure_r16(int nx) {
+    tile_config cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.palette = 1;
+    for (int t = 0; t < 8; t++) {
+        cfg.rows[t] = (uint8_t)(t < 6 ? 2 * nx : 16);
+        cfg.colsb[t] = 64;
+    }
+    _tile_loadconfig(&cfg);
+}
+
+/* The inputs' quants as A reads them, for a pass of nx inputs x: per block and piece, 2 nx rows of 64 bytes (above). */
+static void amx_r16_inputs(int8_t *a, const act_k *const *x, int nx, int64_t blocks) {
+    memset(a, 0, (size_t)(blocks * 4 * 2 * nx * 64));
+    for (int64_t b = 0; b < blocks; b++)
+        for (int p = 0; p < 4; p++, a += 2 * nx * 64)
+            for (int i = 0; i < nx; i++) {
+                memcpy(a + i * 64, x[i][b].q + 64 * p, 32);
+                memcpy(a + (nx + i) * 64 + 32, x[i][b].q + 64 * p + 32, 32);
+            }
+}
+
+/* Block b's quants (at w) as B tiles: per piece its low nibbles' 8 rows, then its high nibbles'. */
+TARGET_AMX static inline void amx_r16_nibbles(uint8_t bt[4][16][64], const uint8_t *w) {
+    const __m512i low4 = _mm512_set1_epi8(0x0F);
+    for (int p = 0; p < 4; p++)
+        for (int t = 0; t < 8; t++) {
+            const __m512i v = _mm512_loadu_si512(w + R16_QS + 512 * p + 64 * t);
+            _mm512_store_si512(bt[p][t], _mm512_and_si512(v, low4));
+            _mm512_store_si512(bt[p][8 + t], _mm512_and_si512(_mm512_srli_epi16(v, 4), low4));
+        }
+}
+
+/* The 16 outputs of one Q4_K group for nx (<= AMX_R16_INPUTS) inputs, out[i * R16 + r]: a holds the pass's A rows
+ * (amx_r16_inputs), x the same inputs (their scales and sums). Per block: the tiles, then (while they run) the next
+ * block's nibbles, then the epilogue on the tiles' sums. */
+TARGET_AMX static void amx_group_q4_k_r16(const uint8_t *w, const int8_t *a, const act_k *const *x, int nx,
+                                          int64_t blocks, int64_t room, float *out) {
+    __m512 acc[AMX_R16_INPUTS][8];
+    zero_accumulators(acc, nx);
+    uint8_t bt[2][4][16][64] __attribute__((aligned(64))); /* blocks alternate, as amx_group's */
+    int32_t c[4][2 * AMX_R16_INPUTS][R16] __attribute__((aligned(64))); /* piece p: c[p][row][output] */
+    const int64_t piece = 2 * nx * 64;
+    amx_r16_nibbles(bt[0], w);
+    for (int64_t b = 0; b < blocks; b++, w += R16_Q4K_BYTES, a += 4 * piece) {
+        r16_prefetch(w, R16_Q4K_BYTES, b, room);
+        uint8_t(*const bb)[16][64] = bt[b & 1];
+        _tile_zero(0);
+        _tile_zero(1);
+        _tile_zero(2);
+        _tile_zero(3);
+        _tile_loadd(4, a, 64);
+        _tile_loadd(6, bb[0], 64);
+        _tile_dpbsud(0, 4, 6);
+        _tile_loadd(5, a + piece, 64);
+        _tile_loadd(7, bb[1], 64);
+        _tile_dpbsud(1, 5, 7);
+        _tile_loadd(4, a + 2 * piece, 64);
+        _tile_loadd(6, bb[2], 64);
+        _tile_dpbsud(2, 4, 6);
+        _tile_loadd(5, a + 3 * piece, 64);
+        _tile_loadd(7, bb[3], 64);
+        _tile_dpbsud(3, 5, 7);
+        _tile_stored(0, c[0], 64);
+        _tile_stored(1, c[1], 64);
+        _tile_stored(2, c[2], 64);
+        _tile_stored(3, c[3], 64);
+        if (b + 1 < blocks) amx_r16_nibbles(bt[(b + 1) & 1], w + R16_Q4K_BYTES);
+        __m512i S[AMX_R16_INPUTS];
+        for (int i = 0; i < nx; i++) S[i] = _mm512_setzero_si512();
+        for (int p = 0; p < 4; p++) {
+            const uint8_t *scales = w + R16_SCALES + 2 * R16 * p;
+            const __m512i sc_lo = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)scales));
+            const __m512i sc_hi = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(scales + R16)));
+            for (int i = 0; i < nx; i++)
+                S[i] = _mm512_add_epi32(
+                    S[i], _mm512_add_epi32(_mm512_mullo_epi32(_mm512_load_si512(c[p][i]), sc_lo),
+                                           _mm512_mullo_epi32(_mm512_load_si512(c[p][nx + i]), sc_hi)));
+        }
+        const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(w + R16_D)));
+        const __m512 dmin = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(w + R16_DMIN)));
+        for (int i = 0; i < nx; i++) {
+            __m512i Mn = _mm512_setzero_si512();
+            for (int k = 0; k < 4; k++) {
+                int32_t pair;
+                memcpy(&pair, x[i][b].sums32 + 2 * k, 4);
+                const __m512i mins =
+                    _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)(w + R16_MINS + 2 * R16 * k)));
+                Mn = _mm512_dpwssd_epi32(Mn, mins, _mm512_set1_epi32(pair));
+            }
+            const __m512 dx = _mm512_set1_ps(x[i][b].d);
+            __m512 *acc_b = &acc[i][b & 7];
+            *acc_b = _mm512_fmadd_ps(_mm512_mul_ps(d, dx), _mm512_cvtepi32_ps(S[i]), *acc_b);
+            *acc_b = _mm512_fnmadd_ps(_mm512_mul_ps(dmin, dx), _mm512_cvtepi32_ps(Mn), *acc_b);
+        }
+    }
+    for (int i = 0; i < nx; i++) _mm512_storeu_ps(out + i * R16, sum8_512(acc[i]));
+}
+
+/* Group g's 16 outputs for nx inputs (out[i * R16 + r]) into y, plus the bias. */
+static inline void put_group(const float *out, int nx, const float *bias, float *y, int64_t ldy, int64_t g) {
+    for (int i = 0; i < nx; i++)
+        for (int r = 0; r < R16; r++) {
+            const float v = out[i * R16 + r];
+            y[i * ldy + g * R16 + r] = bias ? v + bias[g * R16 + r] : v;
+        }
+}
+
+/* The Q4_K_R16 product with M inputs on the tiles above, in passes of at most AMX_R16_INPUTS inputs of even sizes
+ * (each pass's A rows made once, before the threads split the groups). */
+TARGET_AMX static int amx_r16_matmul_q4_k(const uint8_t *w, const act_k *const *x, const float *bias, float *y,
+                                          int64_t ldy, int64_t N, int64_t K, int64_t M, int threads) {
+    const int64_t blocks = K / QK, n_groups = N / R16, passes = (M + AMX_R16_INPUTS - 1) / AMX_R16_INPUTS;
+    int8_t *a = aligned_alloc(64, (size_t)(blocks * 4 * 2 * M * 64)); /* pass after pass: 512 bytes an input a block */
+    if (!a) return -1;
+    for (int64_t pass = 0, i0 = 0; pass < passes; pass++) {
+        const int nx = (int)(M / passes + (pass < M % passes));
+        amx_r16_inputs(a + i0 * blocks * 512, x + i0, nx, blocks);
+        i0 += nx;
+    }
+#pragma omp parallel num_threads(threads)
+    {
+        int configured = 0; /* the nx the tiles are configured for */
+#pragma omp for schedule(static)
+        for (int64_t g = 0; g < n_groups; g++) {
+            const uint8_t *wg = w + g * blocks * R16_Q4K_BYTES;
+            for (int64_t pass = 0, i0 = 0; pass < passes; pass++) {
+                const int nx = (int)(M / passes + (pass < M % passes));
+                float out[AMX_R16_INPUTS * R16];
+                if (nx != configured) amx_configure_r16(configured = nx);
+                amx_group_q4_k_r16(wg, a + i0 * blocks * 512, x + i0, nx, blocks, (n_groups - g) * blocks, out);
+                put_group(out, nx, bias, y + i0 * ldy, ldy, g);
+                i0 += nx;
+            }
+        }
+        if (configured) _tile_release();
+    }
+    free(a);
+    return 0;
+}
+
 static int is_k_quant(int type) { return type == Q4_K || type == Q6_K || type == Q4_K_R16 || type == Q6_K_R16; }
 
 /* The offset each activation lane's sum starts from (act_32.offsets: -offset x the sum of its four quants): the
@@ -1198,6 +1358,8 @@ TARGET static int r16_matmul(int type, const uint8_t *w, const void **rows, cons
                              int64_t N, int64_t K, int64_t M, int threads, int kernel) {
     const int row_type = row_type_of(type);
     const int64_t blocks = K / BLOCK_VALUES[type], n_groups = N / R16, group_bytes = blocks * R16 * BLOCK_BYTES[type];
+    if (kernel == KERNEL_AMX && type == Q4_K_R16 && M >= AMX_R16_MIN_INPUTS)
+        return amx_r16_matmul_q4_k(w, (const act_k *const *)rows, bias, y, ldy, N, K, M, threads);
     if (kernel != KERNEL_AVX2) {
         const int64_t passes = (M + R16_INPUTS - 1) / R16_INPUTS;
 #pragma omp parallel for num_threads(threads) schedule(static)
@@ -1208,11 +1370,7 @@ TARGET static int r16_matmul(int type, const uint8_t *w, const void **rows, cons
                 float out[R16_INPUTS * R16];
                 (kernel == KERNEL_AVX512_256 ? group_product_256 : group_product_512)(
                     type, wg, rows + i0, nx, blocks, (n_groups - g) * blocks, out);
-                for (int i = 0; i < nx; i++)
-                    for (int r = 0; r < R16; r++) {
-                        const float v = out[i * R16 + r];
-                        y[(i0 + i) * ldy + g * R16 + r] = bias ? v + bias[g * R16 + r] : v;
-                    }
+                put_group(out, nx, bias, y + i0 * ldy, ldy, g);
                 i0 += nx;
             }
         }
