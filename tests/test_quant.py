@@ -269,8 +269,8 @@ def test_groups_of_16_rows_give_the_file_layouts_bits(qtype, in_features, kernel
 def test_a_long_pass_gives_every_row_its_one_row_bits(qtype, layout, kernel, threads):
     """A prompt's pass: 70 rows of 8960 values (the down product's width) are more than one chunk of inputs per pass
     over the weights (24-48 rows here) and, on AMX, several tiles of inputs sharing each unpacked group (rows of
-    Q4_K, and Q4_K in groups of 16 from 48 rows on): every row gets the bits of its one-row product on the AVX2
-    kernel, whatever the split."""
+    Q4_K, and Q4_K in groups of 16 from 48 rows on; 17 and 33 grouped rows run in passes of up to 8 inputs with the
+    weights as B): every row gets the bits of its one-row product on the AVX2 kernel, whatever the split."""
     matrix = random_quant_matrix(qtype, 32, 8960, seed=21).in_layout(layout)
     torch.manual_seed(21)
     x, bias = torch.randn(70, 8960), torch.randn(32)

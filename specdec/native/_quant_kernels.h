@@ -18,7 +18,7 @@
  * Four kernels, the same bits: AVX2 (any x86 CPU with AVX2, FMA, F16C), AVX-512 BW/VL/VNNI where the CPU has it on
  * 256-bit registers (avx512-vnni-256: _quant_rows.h, _quant_groups.h) and on 512-bit ones (below: the same integer
  * lanes and the same float epilogue), and AMX (AVX-512 rows, and Q4_K passes on tiles that form the same integers:
- * from 3 rows in the file's layout, from 2 in groups of 16); the caller names one (kernel_supported;
+ * from 3 rows in the file's layout, from 5 in groups of 16); the caller names one (kernel_supported;
  * specdec/gguf/kernel_plan.py measures them).
  *
  * Dequantisation reproduces the gguf package's reference formulas operation by operation (this file is built with
@@ -1164,12 +1164,13 @@ TARGET_AMX static int amx_matmul_q4_k(const uint8_t *w, int64_t stride, int grou
  * over the high one, lane r output r: the group function's lo_sum / hi_sum. From there the scales, mins and float
  * epilogue are group_q4_k_r16's line for line: the same bits. The unpacking (two masks per 64 bytes) and the tiles
  * serve every input of the pass at once, so an extra input costs two tile rows and its epilogue, not 64 vpdpbusd a
- * block; but per block the tiles' fixed work outweighs one input's vpdpbusd, so one row stays on the group
- * functions. Measured on the Intel Xeon (1 thread, weights in L2, per group and block): the group functions 55 ns +
- * 23 per input, these tiles 90 + 12 per input; over the file's 28 ffn_up products (2 threads) 0.43 / 0.49 / 0.52 ms
- * at 2 / 4 / 5 rows against 0.54 / 0.63 / 0.64; from 48 rows amx_matmul_q4_k's shared unpacking wins (128 rows:
- * 4.4 against 6.2 ms). */
-#define AMX_R16_MIN_INPUTS 2 /* fewer rows: the group functions (bench/quant_kernel.py) */
+ * block; but per block the tiles' fixed work outweighs a few inputs' vpdpbusd. Measured on the Intel Xeon (1 thread,
+ * weights in L2, per group and block): the group functions 55 ns + 23 per input, these tiles 90 + 12 per input. Over
+ * the target file's Q4_K products (2 threads, interleaved, bench/quant_kernel.py) the tiles win every shape from 5
+ * rows (28 ffn_up 0.55 against 0.65 ms, 14 ffn_down 0.49 / 0.52, 28 attn_q 0.067 / 0.074), but at 2-4 rows only
+ * ffn_up: so passes of up to 4 rows, which the group functions take in one pass over the weights, stay there. From
+ * 48 rows amx_matmul_q4_k's shared unpacking wins (128 rows: 4.4 against 6.2 ms). */
+#define AMX_R16_MIN_INPUTS 5 /* fewer rows: the group functions, in one pass (R16_INPUTS) */
 #define AMX_R16_INPUTS 8     /* inputs a pass: twice as many A rows, at most a tile's 16 */
 
 /* C (tiles 0-3, one a piece): 2 nx rows x 16 outputs in int32; A (4, 5): 2 nx rows x 64 quants; B (6, 7): 16 x (16
