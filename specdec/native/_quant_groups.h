@@ -97,6 +97,22 @@ TARGET512 static inline VF GNAME(sum8)(const VF *a) {
     for (int i = 0; i < nx; i++)                                                                              \
         for (int h = 0; h < GH; h++) F_STORE(out + i * R16 + AT1(h), GNAME(sum8)(acc[i][h]));
 
+/* One input's Q4_K block into its accumulator (acc: accumulator b mod 8 of part h; S the block's integer, d and dmin
+ * the part's rows' scales): Mn (the rows' mins times the input's sums per 32), then q4k_flush's two roundings. Also
+ * the AMX tiles' epilogue (amx_group_q4_k_r16), so both give these bits. */
+TARGET512 static inline __attribute__((always_inline)) void GNAME(q4k_r16_flush)(const uint8_t *w, int h, VF d, VF dmin,
+                                                                                  const act_k *xb, VI S, VF *acc) {
+    VI Mn = V_ZERO();
+    for (int k = 0; k < 4; k++) { /* lane r: its mins 2k, 2k + 1 times the input's sums of those 32s */
+        int32_t pair;
+        memcpy(&pair, xb->sums32 + 2 * k, 4);
+        Mn = V_DPWSSD(Mn, V_U8_TO_16(w + R16_MINS + 2 * R16 * k + AT2(h)), V_SET1_32(pair));
+    }
+    const VF dx = F_SET1(xb->d);
+    *acc = F_FMADD(F_MUL(d, dx), F_CVT(S), *acc);
+    *acc = F_FNMADD(F_MUL(dmin, dx), F_CVT(Mn), *acc);
+}
+
 /* Q4_K: per block and input, S (lane r: the row's scaled quants times the input's, exact), Mn (the mins times the
  * input's sums per 32), then q4k_flush's two roundings into accumulator b mod 8; at the end hsum8's order. room: the
  * blocks from w to the matrix's end (the prefetches stay inside it). */
@@ -131,18 +147,7 @@ TARGET512 static inline __attribute__((always_inline)) void GNAME(group_q4_k_r16
                     S[i] = V_ADD32(S[i], V_ADD32(V_MULLO32(lo_sum[i], sc_lo), V_MULLO32(hi_sum[i], sc_hi)));
             }
             const VF d = F_HALVES(w + R16_D + AT2(h)), dmin = F_HALVES(w + R16_DMIN + AT2(h));
-            for (int i = 0; i < nx; i++) {
-                VI Mn = V_ZERO();
-                for (int k = 0; k < 4; k++) { /* lane r: its mins 2k, 2k + 1 times the input's sums of those 32s */
-                    int32_t pair;
-                    memcpy(&pair, x[i][b].sums32 + 2 * k, 4);
-                    Mn = V_DPWSSD(Mn, V_U8_TO_16(w + R16_MINS + 2 * R16 * k + AT2(h)), V_SET1_32(pair));
-                }
-                const VF dx = F_SET1(x[i][b].d);
-                VF *a = &acc[i][h][b & 7];
-                *a = F_FMADD(F_MUL(d, dx), F_CVT(S[i]), *a);
-                *a = F_FNMADD(F_MUL(dmin, dx), F_CVT(Mn), *a);
-            }
+            for (int i = 0; i < nx; i++) GNAME(q4k_r16_flush)(w, h, d, dmin, &x[i][b], S[i], &acc[i][h][b & 7]);
         }
     }
     GROUP_STORE

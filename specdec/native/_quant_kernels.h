@@ -1170,8 +1170,8 @@ TARGET_AMX static int amx_matmul_q4_k(const uint8_t *w, int64_t stride, int grou
  * rows (28 ffn_up 0.55 against 0.65 ms, 14 ffn_down 0.49 / 0.52, 28 attn_q 0.067 / 0.074), but at 2-4 rows only
  * ffn_up: so passes of up to 4 rows, which the group functions take in one pass over the weights, stay there. From
  * 48 rows amx_matmul_q4_k's shared unpacking wins (128 rows: 4.4 against 6.2 ms). */
-#define AMX_R16_MIN_INPUTS 5 /* fewer rows: the group functions, in one pass (R16_INPUTS) */
-#define AMX_R16_INPUTS 8     /* inputs a pass: twice as many A rows, at most a tile's 16 */
+#define AMX_AS_B_MIN_INPUTS 5 /* fewer rows: the group functions, in one pass (R16_INPUTS) */
+#define AMX_AS_B_INPUTS 8     /* inputs a pass: twice as many A rows, at most a tile's 16 */
 
 /* C (tiles 0-3, one a piece): 2 nx rows x 16 outputs in int32; A (4, 5): 2 nx rows x 64 quants; B (6, 7): 16 x (16
  * outputs x 4 nibbles). */
@@ -1208,15 +1208,15 @@ TARGET_AMX static inline void amx_r16_nibbles(uint8_t bt[4][16][64], const uint8
         }
 }
 
-/* The 16 outputs of one Q4_K group for nx (<= AMX_R16_INPUTS) inputs, out[i * R16 + r]: a holds the pass's A rows
+/* The 16 outputs of one Q4_K group for nx (<= AMX_AS_B_INPUTS) inputs, out[i * R16 + r]: a holds the pass's A rows
  * (amx_r16_inputs), x the same inputs (their scales and sums). Per block: the tiles, then (while they run) the next
  * block's nibbles, then the epilogue on the tiles' sums. */
 TARGET_AMX static void amx_group_q4_k_r16(const uint8_t *w, const int8_t *a, const act_k *const *x, int nx,
                                           int64_t blocks, int64_t room, float *out) {
-    __m512 acc[AMX_R16_INPUTS][8];
+    __m512 acc[AMX_AS_B_INPUTS][8];
     zero_accumulators(acc, nx);
     uint8_t bt[2][4][16][64] __attribute__((aligned(64))); /* blocks alternate, as amx_group's */
-    int32_t c[4][2 * AMX_R16_INPUTS][R16] __attribute__((aligned(64))); /* piece p: c[p][row][output] */
+    int32_t c[4][2 * AMX_AS_B_INPUTS][R16] __attribute__((aligned(64))); /* piece p: c[p][row][output] */
     const int64_t piece = 2 * nx * 64;
     amx_r16_nibbles(bt[0], w);
     for (int64_t b = 0; b < blocks; b++, w += R16_Q4K_BYTES, a += 4 * piece) {
@@ -1243,7 +1243,7 @@ TARGET_AMX static void amx_group_q4_k_r16(const uint8_t *w, const int8_t *a, con
         _tile_stored(2, c[2], 64);
         _tile_stored(3, c[3], 64);
         if (b + 1 < blocks) amx_r16_nibbles(bt[(b + 1) & 1], w + R16_Q4K_BYTES);
-        __m512i S[AMX_R16_INPUTS];
+        __m512i S[AMX_AS_B_INPUTS];
         for (int i = 0; i < nx; i++) S[i] = _mm512_setzero_si512();
         for (int p = 0; p < 4; p++) {
             const uint8_t *scales = w + R16_SCALES + 2 * R16 * p;
@@ -1256,20 +1256,7 @@ TARGET_AMX static void amx_group_q4_k_r16(const uint8_t *w, const int8_t *a, con
         }
         const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(w + R16_D)));
         const __m512 dmin = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(w + R16_DMIN)));
-        for (int i = 0; i < nx; i++) {
-            __m512i Mn = _mm512_setzero_si512();
-            for (int k = 0; k < 4; k++) {
-                int32_t pair;
-                memcpy(&pair, x[i][b].sums32 + 2 * k, 4);
-                const __m512i mins =
-                    _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)(w + R16_MINS + 2 * R16 * k)));
-                Mn = _mm512_dpwssd_epi32(Mn, mins, _mm512_set1_epi32(pair));
-            }
-            const __m512 dx = _mm512_set1_ps(x[i][b].d);
-            __m512 *acc_b = &acc[i][b & 7];
-            *acc_b = _mm512_fmadd_ps(_mm512_mul_ps(d, dx), _mm512_cvtepi32_ps(S[i]), *acc_b);
-            *acc_b = _mm512_fnmadd_ps(_mm512_mul_ps(dmin, dx), _mm512_cvtepi32_ps(Mn), *acc_b);
-        }
+        for (int i = 0; i < nx; i++) q4k_r16_flush_512(w, 0, d, dmin, &x[i][b], S[i], &acc[i][b & 7]);
     }
     for (int i = 0; i < nx; i++) _mm512_storeu_ps(out + i * R16, sum8_512(acc[i]));
 }
@@ -1283,11 +1270,11 @@ static inline void put_group(const float *out, int nx, const float *bias, float 
         }
 }
 
-/* The Q4_K_R16 product with M inputs on the tiles above, in passes of at most AMX_R16_INPUTS inputs of even sizes
+/* The Q4_K_R16 product with M inputs on the tiles above, in passes of at most AMX_AS_B_INPUTS inputs of even sizes
  * (each pass's A rows made once, before the threads split the groups). */
 TARGET_AMX static int amx_r16_matmul_q4_k(const uint8_t *w, const act_k *const *x, const float *bias, float *y,
                                           int64_t ldy, int64_t N, int64_t K, int64_t M, int threads) {
-    const int64_t blocks = K / QK, n_groups = N / R16, passes = (M + AMX_R16_INPUTS - 1) / AMX_R16_INPUTS;
+    const int64_t blocks = K / QK, n_groups = N / R16, passes = (M + AMX_AS_B_INPUTS - 1) / AMX_AS_B_INPUTS;
     int8_t *a = aligned_alloc(64, (size_t)(blocks * 4 * 2 * M * 64)); /* pass after pass: 512 bytes an input a block */
     if (!a) return -1;
     for (int64_t pass = 0, i0 = 0; pass < passes; pass++) {
@@ -1303,7 +1290,7 @@ TARGET_AMX static int amx_r16_matmul_q4_k(const uint8_t *w, const act_k *const *
             const uint8_t *wg = w + g * blocks * R16_Q4K_BYTES;
             for (int64_t pass = 0, i0 = 0; pass < passes; pass++) {
                 const int nx = (int)(M / passes + (pass < M % passes));
-                float out[AMX_R16_INPUTS * R16];
+                float out[AMX_AS_B_INPUTS * R16];
                 if (nx != configured) amx_configure_r16(configured = nx);
                 amx_group_q4_k_r16(wg, a + i0 * blocks * 512, x + i0, nx, blocks, (n_groups - g) * blocks, out);
                 put_group(out, nx, bias, y + i0 * ldy, ldy, g);
@@ -1359,8 +1346,6 @@ TARGET static int r16_matmul(int type, const uint8_t *w, const void **rows, cons
                              int64_t N, int64_t K, int64_t M, int threads, int kernel) {
     const int row_type = row_type_of(type);
     const int64_t blocks = K / BLOCK_VALUES[type], n_groups = N / R16, group_bytes = blocks * R16 * BLOCK_BYTES[type];
-    if (kernel == KERNEL_AMX && type == Q4_K_R16 && M >= AMX_R16_MIN_INPUTS)
-        return amx_r16_matmul_q4_k(w, (const act_k *const *)rows, bias, y, ldy, N, K, M, threads);
     if (kernel != KERNEL_AVX2) {
         const int64_t passes = (M + R16_INPUTS - 1) / R16_INPUTS;
 #pragma omp parallel for num_threads(threads) schedule(static)
@@ -1438,8 +1423,10 @@ TARGET static int matmul(int type, const uint8_t *w, int64_t stride, const float
                 quantize_row_32(x + i * K, (act_32 *)rows[i], K, act_offset(type, wide));
         }
     }
-    if (kernel == KERNEL_AMX && type == Q4_K_R16 && M >= AMX_MIN_INPUTS_R16) {
-        const int failed = amx_matmul_q4_k(w, stride, 1, (const act_k *const *)rows, M, bias, y, ldy, N, K, threads);
+    if (kernel == KERNEL_AMX && type == Q4_K_R16 && M >= AMX_AS_B_MIN_INPUTS) { /* tiles: the two grouped paths */
+        const act_k *const *xk = (const act_k *const *)rows;
+        const int failed = M >= AMX_MIN_INPUTS_R16 ? amx_matmul_q4_k(w, stride, 1, xk, M, bias, y, ldy, N, K, threads)
+                                                   : amx_r16_matmul_q4_k(w, xk, bias, y, ldy, N, K, M, threads);
         free(acts);
         free(rows);
         return failed;
