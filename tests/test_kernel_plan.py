@@ -131,3 +131,22 @@ def test_provenance_records_the_plan_a_file_loads_with(plans_on):
     record = model_record(path)["kernel_plan"]
     assert record["label"] == plan.label() and record["layouts"] == plan.layouts and record["source"] == "cache"
     assert set(record["scores_ms"]) == {"Q4_K", "Q6_K", HEAD}
+
+
+def test_provenance_finds_the_plan_of_the_runs_thread_count_from_a_job_of_another(plans_on):
+    """The side-by-side's table job runs on one thread while its runs used two: the record must name the runs' plan
+    (a plan is cached per thread count), not report none."""
+    from specdec.study.provenance import kernel_plan_record
+
+    path = tiny_gguf(plans_on / "m.gguf", types=TYPES)
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        plan = read_gguf(path).plan
+        quant.set_planned_kernel(None)
+        torch.set_num_threads(1)
+        assert kernel_plan_record(path) is None  # this process's own count: never measured
+        record = kernel_plan_record(path, threads=2)
+        assert record["label"] == plan.label() and record["layouts"] == plan.layouts
+    finally:
+        torch.set_num_threads(before)

@@ -102,9 +102,9 @@ def cache_path() -> Path:
     return Path(os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "specdec") / "kernel_plans.json"
 
 
-def machine_key() -> str:
-    """The CPU (model name, family, model), the kernels it runs, the thread count and the native build: a plan holds
-    for these only."""
+def machine_key(threads: int | None = None) -> str:
+    """The CPU (model name, family, model), the kernels it runs, the thread count (this process's unless given) and
+    the native build: a plan holds for these only."""
     from specdec.native.build import kernel_build
 
     info = {}
@@ -116,7 +116,8 @@ def machine_key() -> str:
     except OSError:
         pass
     cpu = "/".join(info.get(k, "?") for k in ("model name", "cpu family", "model"))
-    return f"{cpu}|{','.join(quant.kernels())}|threads {torch.get_num_threads()}|{kernel_build()}"
+    threads = threads or torch.get_num_threads()
+    return f"{cpu}|{','.join(quant.kernels())}|threads {threads}|{kernel_build()}"
 
 
 def _file_key(path: Path, kernel: str | None) -> str:
@@ -141,9 +142,10 @@ def _write_cache(entries: dict) -> None:
         print(f"specdec: kernel plan not cached ({error})", file=sys.stderr)
 
 
-def cached_plan(path, kernel: str | None = None) -> KernelPlan | None:
-    """The cached plan of this file on this machine: measured under `kernel`, or free to choose and choosing it."""
-    plans = _read_cache().get(machine_key(), {})
+def cached_plan(path, kernel: str | None = None, threads: int | None = None) -> KernelPlan | None:
+    """The cached plan of this file on this machine: measured under `kernel`, or free to choose and choosing it; for
+    `threads` (a job that reports on runs of another thread count than its own), else this process's count."""
+    plans = _read_cache().get(machine_key(threads), {})
     entry = plans.get(_file_key(Path(path), kernel))
     free = plans.get(_file_key(Path(path), None))
     if not entry and free and free.get("kernel") == kernel:

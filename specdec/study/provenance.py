@@ -66,12 +66,13 @@ def model_record(path) -> dict:
             "product_kernel": product_kernel(), "kernel_plan": kernel_plan_record(path)}
 
 
-def kernel_plan_record(path) -> dict | None:
-    """The kernel plan the file loads with on this machine (specdec/gguf/kernel_plan.py: measured at its first load
-    and cached), or None where none is cached (plans off, a kernel named, or the file never loaded here)."""
+def kernel_plan_record(path, threads: int | None = None) -> dict | None:
+    """The kernel plan the file loads with on this machine at `threads` (this process's count unless given; a plan
+    is measured per count) (specdec/gguf/kernel_plan.py: measured at its first load and cached), or None where none
+    is cached (plans off, a kernel named, or the file never loaded here)."""
     from specdec.gguf import kernel_plan, quant
 
-    plan = kernel_plan.cached_plan(path, quant.planned_kernel())
+    plan = kernel_plan.cached_plan(path, quant.planned_kernel(), threads)
     return None if plan is None else {"label": plan.label(), **plan.as_record()}
 
 

@@ -51,7 +51,7 @@ def main(snakemake):
             "llama_cpp_build": read_build_manifest(snakemake.input.build),
             "settings": dict(p.settings),
             "target": p.target,
-            "gguf": {name: {"path": path, "sha256": sha256_file(path), "kernel_plan": kernel_plan_record(path)}
+            "gguf": {name: {"path": path, "sha256": sha256_file(path), "kernel_plan": kernel_plan_record(path, threads)}
                      for name, path in p.gguf_files.items()},
             "packages": package_versions(("specdec", "torch", "gguf", "pandas", "numpy", "snakemake")),
             "n_runs": len(runs),
