@@ -88,8 +88,8 @@ TARGET512 static inline VF GNAME(sum8)(const VF *a) {
     return F_ADD(F_ADD(F_ADD(a[0], a[4]), F_ADD(a[2], a[6])), F_ADD(F_ADD(a[1], a[5]), F_ADD(a[3], a[7])));
 }
 
-/* acc[input][part][l] for the first nx inputs set to zero, and at the end stored in hsum8's order into out. */
-#define GROUP_ACCUMULATORS VF acc[R16_INPUTS][GH][8];                                                         \
+/* acc[input][part][l] (room for N inputs) for the first nx inputs set to zero, and at the end stored in hsum8's order into out. */
+#define GROUP_ACCUMULATORS(N) VF acc[N][GH][8];                                                         \
     for (int i = 0; i < nx; i++)                                                                              \
         for (int h = 0; h < GH; h++)                                                                          \
             for (int l = 0; l < 8; l++) acc[i][h][l] = F_ZERO();
@@ -120,7 +120,7 @@ TARGET512 static inline __attribute__((always_inline)) void GNAME(group_q4_k_r16
                                                                                    const act_k *const *x, int nx,
                                                                                    int64_t blocks, int64_t room,
                                                                                    float *out) {
-    GROUP_ACCUMULATORS
+    GROUP_ACCUMULATORS(R16_INPUTS)
     const VI low4 = V_SET1_8(0x0F);
     for (int64_t b = 0; b < blocks; b++, w += R16_Q4K_BYTES) {
         r16_prefetch(w, R16_Q4K_BYTES, b, room);
@@ -153,15 +153,17 @@ TARGET512 static inline __attribute__((always_inline)) void GNAME(group_q4_k_r16
     GROUP_STORE
 }
 
-/* Q6_K: per block, lane l's integers for every row (eight registers per input), its offset off them, then
- * q6k_accumulate's rounding into accumulator l; at the end hsum8's order across the eight. Four inputs a pass, as
- * for Q4_K: with eight integer registers an input some spill, yet that measured faster over the whole step than one
- * or two a pass (bench/lean_step.py, Zen 5: re-unpacking per pass costs more than the spills). */
+/* Q6_K: per block, lane l's integers for every row, its offset off them, then q6k_accumulate's rounding into
+ * accumulator l; at the end hsum8's order across the eight. Lanes k and k + 4 (the k-th 4-value run of each 32's low
+ * and high 16) are formed together over the block's eight 32s and flushed before the next pair, so an input holds
+ * two integer registers, not eight, and up to R16_Q6K_INPUTS inputs share one unpacking of the weights (at five
+ * rows, a verify pass over k = 4, the former eight-lane order took two passes with spills). Each lane's integer and
+ * rounding are as before: the same bits. The rows' scales per 32 are unpacked once a block into sc_even / sc_odd. */
 TARGET512 static inline __attribute__((always_inline)) void GNAME(group_q6_k_r16)(const uint8_t *w,
                                                                                    const act_k *const *x, int nx,
                                                                                    int64_t blocks, int64_t room,
                                                                                    float *out) {
-    GROUP_ACCUMULATORS
+    GROUP_ACCUMULATORS(R16_Q6K_INPUTS)
     const VI low4 = V_SET1_8(0x0F), top2 = V_SET1_8(0x30);
     /* int16 lanes 2r and 2r + 1 both take row r's scale 2t (even) or 2t + 1 (odd) from lanes 2r, 2r + 1 */
     const VI even = V_BROADCAST128(_mm_setr_epi8(0, 1, 0, 1, 4, 5, 4, 5, 8, 9, 8, 9, 12, 13, 12, 13));
@@ -169,17 +171,20 @@ TARGET512 static inline __attribute__((always_inline)) void GNAME(group_q6_k_r16
     for (int64_t b = 0; b < blocks; b++, w += R16_Q6K_BYTES) {
         r16_prefetch(w, R16_Q6K_BYTES, b, room);
         for (int h = 0; h < GH; h++) {
-            VI lanes[R16_INPUTS][8];
-            for (int i = 0; i < nx; i++)
-                for (int l = 0; l < 8; l++) lanes[i][l] = V_ZERO();
-            for (int t = 0; t < 8; t++) {
-                const uint8_t *piece = w + R16_Q6K_QS + 384 * t;
-                /* row r's scales 2t and 2t + 1 in int16 lanes 2r and 2r + 1 */
+            VI sc_even[8], sc_odd[8];
+            for (int t = 0; t < 8; t++) { /* row r's scales 2t and 2t + 1 in int16 lanes 2r and 2r + 1 */
                 const VI pairs = V_I8_TO_16(w + R16_Q6K_SCALES + 2 * R16 * t + AT2(h));
-                const VI sc_even = V_SHUFFLE8(pairs, even), sc_odd = V_SHUFFLE8(pairs, odd);
-                const VI qh0 = V_LOAD(piece + 256 + AT4(h)), qh1 = V_LOAD(piece + 320 + AT4(h));
-                for (int k = 0; k < 4; k++) {
+                sc_even[t] = V_SHUFFLE8(pairs, even);
+                sc_odd[t] = V_SHUFFLE8(pairs, odd);
+            }
+            const VF d = F_HALVES(w + R16_Q6K_D + AT2(h));
+            for (int k = 0; k < 4; k++) {
+                VI lo[R16_Q6K_INPUTS], hi[R16_Q6K_INPUTS]; /* lanes k and k + 4 */
+                for (int i = 0; i < nx; i++) lo[i] = hi[i] = V_ZERO();
+                for (int t = 0; t < 8; t++) {
+                    const uint8_t *piece = w + R16_Q6K_QS + 384 * t;
                     const VI v = V_LOAD(piece + 64 * k + AT4(h));
+                    const VI qh0 = V_LOAD(piece + 256 + AT4(h)), qh1 = V_LOAD(piece + 320 + AT4(h));
                     /* the top two bits of lanes k and k + 4 moved to bits 4-5 (16-bit shifts: what crosses a byte
                      * is masked off) */
                     const VI h0 = k < 3 ? V_SLLI16(qh0, 4 - 2 * k) : V_SRLI16(qh0, 2);
@@ -190,23 +195,21 @@ TARGET512 static inline __attribute__((always_inline)) void GNAME(group_q6_k_r16
                         int32_t a, c;
                         memcpy(&a, x[i][b].q + 32 * t + 4 * k, 4);
                         memcpy(&c, x[i][b].q + 32 * t + 4 * (k + 4), 4);
-                        const VI pa = V_MADDUBS(q_lo, V_SET1_32(a));
-                        const VI pc = V_MADDUBS(q_hi, V_SET1_32(c));
-                        lanes[i][k] = V_DPWSSD(lanes[i][k], pa, sc_even);
-                        lanes[i][k + 4] = V_DPWSSD(lanes[i][k + 4], pc, sc_odd);
+                        lo[i] = V_DPWSSD(lo[i], V_MADDUBS(q_lo, V_SET1_32(a)), sc_even[t]);
+                        hi[i] = V_DPWSSD(hi[i], V_MADDUBS(q_hi, V_SET1_32(c)), sc_odd[t]);
                     }
                 }
-            }
-            const VF d = F_HALVES(w + R16_Q6K_D + AT2(h));
-            for (int l = 0; l < 8; l++) {
-                const VI pairs = V_I8_TO_16(w + R16_Q6K_SCALES + 2 * R16 * l + AT2(h));
-                for (int i = 0; i < nx; i++) {
-                    int32_t sums;
-                    memcpy(&sums, x[i][b].sums + 2 * l, 4);
-                    const VI offset = V_DPWSSD(V_ZERO(), pairs, V_SET1_32(sums));
-                    const VI total = V_SUB32(lanes[i][l], V_SLLI32(offset, 5));
-                    const VF scale = F_MUL(d, F_SET1(x[i][b].d));
-                    acc[i][h][l] = F_FMADD(scale, F_CVT(total), acc[i][h][l]);
+                for (int half = 0; half < 2; half++) {
+                    const int l = k + 4 * half;
+                    const VI pairs = V_I8_TO_16(w + R16_Q6K_SCALES + 2 * R16 * l + AT2(h));
+                    for (int i = 0; i < nx; i++) {
+                        int32_t sums;
+                        memcpy(&sums, x[i][b].sums + 2 * l, 4);
+                        const VI offset = V_DPWSSD(V_ZERO(), pairs, V_SET1_32(sums));
+                        const VI total = V_SUB32(half ? hi[i] : lo[i], V_SLLI32(offset, 5));
+                        const VF scale = F_MUL(d, F_SET1(x[i][b].d));
+                        acc[i][h][l] = F_FMADD(scale, F_CVT(total), acc[i][h][l]);
+                    }
                 }
             }
         }
@@ -237,7 +240,7 @@ TARGET512 static inline __attribute__((always_inline)) void GNAME(group_q5_0_r16
                                                                                    const act_32 *const *x, int nx,
                                                                                    int64_t blocks, int64_t room,
                                                                                    float *out) {
-    GROUP_ACCUMULATORS
+    GROUP_ACCUMULATORS(R16_INPUTS)
     const VI low4 = V_SET1_8(0x0F), fifth = V_SET1_8(0x10);
     for (int64_t b = 0; b < blocks; b++, w += R16_Q5_0_BYTES) {
         r16_prefetch(w, R16_Q5_0_BYTES, b, room);
@@ -267,7 +270,7 @@ TARGET512 static inline __attribute__((always_inline)) void GNAME(group_q8_0_r16
                                                                                    const act_32 *const *x, int nx,
                                                                                    int64_t blocks, int64_t room,
                                                                                    float *out) {
-    GROUP_ACCUMULATORS
+    GROUP_ACCUMULATORS(R16_INPUTS)
     for (int64_t b = 0; b < blocks; b++, w += R16_Q8_0_BYTES) {
         r16_prefetch(w, R16_Q8_0_BYTES, b, room);
         for (int h = 0; h < GH; h++) {
@@ -282,20 +285,26 @@ TARGET512 static inline __attribute__((always_inline)) void GNAME(group_q8_0_r16
     GROUP_STORE
 }
 
-/* Each group function compiled for 1..R16_INPUTS inputs (the count a constant, as for the row functions), and their
- * table: group_q4_k_r16_512_for[nx] and so on. */
+/* Each group function compiled for 1..R16_INPUTS inputs (Q6_K: 1..R16_Q6K_INPUTS; the count a constant, as for the
+ * row functions), and their tables: group_q4_k_r16_512_for[nx] and so on. */
 #define GROUP_FN(NAME, ACT, N)                                                                                     \
     TARGET512 static void GCAT(NAME, N)(const uint8_t *w, const ACT *const *x, int64_t blocks, int64_t room,     \
                                         float *o) {                                                               \
         NAME(w, x, N, blocks, room, o);                                                                           \
     }
+#define GROUP_TABLE(NAME, ACT, N) static void (*const GCAT(NAME, for)[N + 1])(const uint8_t *, const ACT *const *,  \
+                                                                             int64_t, int64_t, float *)
 #define SPECIALISE_GROUP(NAME, ACT)                                                                                \
     GROUP_FN(NAME, ACT, 1) GROUP_FN(NAME, ACT, 2) GROUP_FN(NAME, ACT, 3) GROUP_FN(NAME, ACT, 4)                    \
-    static void (*const GCAT(NAME, for)[R16_INPUTS + 1])(const uint8_t *, const ACT *const *, int64_t, int64_t,  \
-                                                         float *) = {NULL, GCAT(NAME, 1), GCAT(NAME, 2),          \
-                                                                     GCAT(NAME, 3), GCAT(NAME, 4)};
+    GROUP_TABLE(NAME, ACT, R16_INPUTS) = {NULL, GCAT(NAME, 1), GCAT(NAME, 2), GCAT(NAME, 3), GCAT(NAME, 4)};
+#define SPECIALISE_GROUP8(NAME, ACT)                                                                               \
+    GROUP_FN(NAME, ACT, 1) GROUP_FN(NAME, ACT, 2) GROUP_FN(NAME, ACT, 3) GROUP_FN(NAME, ACT, 4)                    \
+    GROUP_FN(NAME, ACT, 5) GROUP_FN(NAME, ACT, 6) GROUP_FN(NAME, ACT, 7) GROUP_FN(NAME, ACT, 8)                    \
+    GROUP_TABLE(NAME, ACT, R16_Q6K_INPUTS) = {NULL,          GCAT(NAME, 1), GCAT(NAME, 2), GCAT(NAME, 3),         \
+                                              GCAT(NAME, 4), GCAT(NAME, 5), GCAT(NAME, 6), GCAT(NAME, 7),         \
+                                              GCAT(NAME, 8)};
 SPECIALISE_GROUP(GNAME(group_q4_k_r16), act_k)
-SPECIALISE_GROUP(GNAME(group_q6_k_r16), act_k)
+SPECIALISE_GROUP8(GNAME(group_q6_k_r16), act_k)
 SPECIALISE_GROUP(GNAME(group_q5_0_r16), act_32)
 SPECIALISE_GROUP(GNAME(group_q8_0_r16), act_32)
 
@@ -311,7 +320,9 @@ TARGET512 static void GNAME(group_product)(int type, const uint8_t *w, const voi
 }
 
 #undef GROUP_FN
+#undef GROUP_TABLE
 #undef SPECIALISE_GROUP
+#undef SPECIALISE_GROUP8
 #undef GROUP_ACCUMULATORS
 #undef GROUP_STORE
 #undef AT4

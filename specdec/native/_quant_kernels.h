@@ -826,6 +826,7 @@ ROW_Q32(row_q8_0_512, TARGET512, GROUP512, 34, q8_0_quants, dot_act_vnni)
 #define R16_AHEAD 3
 #define R16_INPUTS 4 /* inputs per pass over a group's blocks (their sums and accumulators in registers); the group
                       * functions are compiled for 1..4 (SPECIALISE_GROUP) */
+#define R16_Q6K_INPUTS 8 /* Q6_K's: two integer registers an input (group_q6_k_r16), so a verify pass is one pass */
 
 /* Asks for the bytes of the block R16_AHEAD blocks on (when the group or the next one has it): a prefetch changes
  * no value. */
@@ -1347,13 +1348,14 @@ TARGET static int r16_matmul(int type, const uint8_t *w, const void **rows, cons
     const int row_type = row_type_of(type);
     const int64_t blocks = K / BLOCK_VALUES[type], n_groups = N / R16, group_bytes = blocks * R16 * BLOCK_BYTES[type];
     if (kernel != KERNEL_AVX2) {
-        const int64_t passes = (M + R16_INPUTS - 1) / R16_INPUTS;
+        const int per_pass = type == Q6_K_R16 ? R16_Q6K_INPUTS : R16_INPUTS;
+        const int64_t passes = (M + per_pass - 1) / per_pass;
 #pragma omp parallel for num_threads(threads) schedule(static)
         for (int64_t g = 0; g < n_groups; g++) {
             const uint8_t *wg = w + g * group_bytes;
             for (int64_t pass = 0, i0 = 0; pass < passes; pass++) {
                 const int nx = (int)(M / passes + (pass < M % passes));
-                float out[R16_INPUTS * R16];
+                float out[R16_Q6K_INPUTS * R16];
                 (kernel == KERNEL_AVX512_256 ? group_product_256 : group_product_512)(
                     type, wg, rows + i0, nx, blocks, (n_groups - g) * blocks, out);
                 put_group(out, nx, bias, y + i0 * ldy, ldy, g);
