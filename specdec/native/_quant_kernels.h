@@ -824,9 +824,10 @@ ROW_Q32(row_q8_0_512, TARGET512, GROUP512, 34, q8_0_quants, dot_act_vnni)
 /* How many blocks ahead of the one being multiplied the weights are asked for (bench: 2-4 alike on the AMD EPYC Zen 5,
  * none or one block 20-35% slower) */
 #define R16_AHEAD 3
-#define R16_INPUTS 4 /* inputs per pass over a group's blocks (their sums and accumulators in registers); the group
-                      * functions are compiled for 1..4 (SPECIALISE_GROUP) */
-#define R16_Q6K_INPUTS 8 /* Q6_K's: two integer registers an input (group_q6_k_r16), so a verify pass is one pass */
+#define R16_INPUTS 4 /* inputs per pass over a group's blocks for Q5_0 and Q8_0 (their eight float accumulators an
+                      * input in registers; SPECIALISE_GROUP compiles 1..4) */
+#define R16_K_INPUTS 8 /* Q4_K's and Q6_K's: two or three integer registers an input (group_q4_k_r16, group_q6_k_r16),
+                        * so a verify pass up to k = 7 is one pass */
 
 /* Asks for the bytes of the block R16_AHEAD blocks on (when the group or the next one has it): a prefetch changes
  * no value. */
@@ -1167,11 +1168,13 @@ TARGET_AMX static int amx_matmul_q4_k(const uint8_t *w, int64_t stride, int grou
  * serve every input of the pass at once, so an extra input costs two tile rows and its epilogue, not 64 vpdpbusd a
  * block; but per block the tiles' fixed work outweighs a few inputs' vpdpbusd. Measured on the Intel Xeon (1 thread,
  * weights in L2, per group and block): the group functions 55 ns + 23 per input, these tiles 90 + 12 per input. Over
- * the target file's Q4_K products (2 threads, interleaved, bench/quant_kernel.py) the tiles win every shape from 5
- * rows (28 ffn_up 0.55 against 0.65 ms, 14 ffn_down 0.49 / 0.52, 28 attn_q 0.067 / 0.074), but at 2-4 rows only
- * ffn_up: so passes of up to 4 rows, which the group functions take in one pass over the weights, stay there. From
- * 48 rows amx_matmul_q4_k's shared unpacking wins (128 rows: 4.4 against 6.2 ms). */
-#define AMX_AS_B_MIN_INPUTS 5 /* fewer rows: the group functions, in one pass (R16_INPUTS) */
+ * the target file's Q4_K products (2 threads, interleaved, bench/quant_kernel.py), against the group functions in
+ * one pass of up to 8 rows (two from 9): at 5-12 rows the group functions are level or faster (28 ffn_up 0.51 / 0.62
+ * / 0.78 / 0.87 ms at 5 / 8 / 10 / 12 rows against the tiles' 0.55 / 0.62 / 0.81 / 0.86; 14 ffn_down 0.58 / 0.65 /
+ * 0.82 / 0.89 against 0.60 / 0.68 / 0.91 / 0.97), from 14 the tiles (ffn_up 0.91 / 0.96 against 0.98 / 1.07 at 14 /
+ * 16; attn_q 0.144 / 0.160 against 0.153 / 0.176). From 48 rows amx_matmul_q4_k's shared unpacking wins (128
+ * rows: 4.4 against 6.2 ms). */
+#define AMX_AS_B_MIN_INPUTS 13 /* fewer rows: the group functions (one pass up to R16_K_INPUTS, two to 12) */
 #define AMX_AS_B_INPUTS 8     /* inputs a pass: twice as many A rows, at most a tile's 16 */
 
 /* C (tiles 0-3, one a piece): 2 nx rows x 16 outputs in int32; A (4, 5): 2 nx rows x 64 quants; B (6, 7): 16 x (16
@@ -1348,14 +1351,14 @@ TARGET static int r16_matmul(int type, const uint8_t *w, const void **rows, cons
     const int row_type = row_type_of(type);
     const int64_t blocks = K / BLOCK_VALUES[type], n_groups = N / R16, group_bytes = blocks * R16 * BLOCK_BYTES[type];
     if (kernel != KERNEL_AVX2) {
-        const int per_pass = type == Q6_K_R16 ? R16_Q6K_INPUTS : R16_INPUTS;
+        const int per_pass = type == Q6_K_R16 || type == Q4_K_R16 ? R16_K_INPUTS : R16_INPUTS;
         const int64_t passes = (M + per_pass - 1) / per_pass;
 #pragma omp parallel for num_threads(threads) schedule(static)
         for (int64_t g = 0; g < n_groups; g++) {
             const uint8_t *wg = w + g * group_bytes;
             for (int64_t pass = 0, i0 = 0; pass < passes; pass++) {
                 const int nx = (int)(M / passes + (pass < M % passes));
-                float out[R16_Q6K_INPUTS * R16];
+                float out[R16_K_INPUTS * R16];
                 (kernel == KERNEL_AVX512_256 ? group_product_256 : group_product_512)(
                     type, wg, rows + i0, nx, blocks, (n_groups - g) * blocks, out);
                 put_group(out, nx, bias, y + i0 * ldy, ldy, g);
