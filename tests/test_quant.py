@@ -250,7 +250,8 @@ def test_groups_of_16_rows_keep_every_byte_and_dequantise_as_the_gguf_package_do
 @pytest.mark.parametrize("qtype, in_features", [(t, k) for t in GROUPED_TYPES for k in GROUP_WIDTHS[t]])
 def test_groups_of_16_rows_give_the_file_layouts_bits(qtype, in_features, kernel, threads):
     """Every kernel (AVX-512 on the groups; AVX2 unpacking each group to the file's rows) gives the row code's bits:
-    1..16 rows (passes of up to four inputs over a group, Q6_K's up to eight), blocks per row from 1 to 28, with and without a bias.
+    1..16 rows (passes of up to eight inputs over a group for Q4_K and Q6_K, four for Q5_0 and Q8_0; on AMX, Q4_K
+    from 13 rows on tiles), blocks per row from 1 to 28, with and without a bias.
     Since the row code's rows are batch-invariant (above), so are the groups'."""
     matrix = random_quant_matrix(qtype, 64, in_features, seed=in_features + 9)
     grouped = matrix.in_layout("r16")
