@@ -298,11 +298,13 @@ TARGET512 static inline __attribute__((always_inline)) void GNAME(group_q8_0_r16
     }
 #define GROUP_TABLE(NAME, ACT, N) static void (*const GCAT(NAME, for)[N + 1])(const uint8_t *, const ACT *const *,  \
                                                                              int64_t, int64_t, float *)
+#define GROUP_FNS4(NAME, ACT)                                                                                      \
+    GROUP_FN(NAME, ACT, 1) GROUP_FN(NAME, ACT, 2) GROUP_FN(NAME, ACT, 3) GROUP_FN(NAME, ACT, 4)
 #define SPECIALISE_GROUP(NAME, ACT)                                                                                \
-    GROUP_FN(NAME, ACT, 1) GROUP_FN(NAME, ACT, 2) GROUP_FN(NAME, ACT, 3) GROUP_FN(NAME, ACT, 4)                    \
+    GROUP_FNS4(NAME, ACT)                                                                                          \
     GROUP_TABLE(NAME, ACT, R16_INPUTS) = {NULL, GCAT(NAME, 1), GCAT(NAME, 2), GCAT(NAME, 3), GCAT(NAME, 4)};
 #define SPECIALISE_GROUP8(NAME, ACT)                                                                               \
-    GROUP_FN(NAME, ACT, 1) GROUP_FN(NAME, ACT, 2) GROUP_FN(NAME, ACT, 3) GROUP_FN(NAME, ACT, 4)                    \
+    GROUP_FNS4(NAME, ACT)                                                                                          \
     GROUP_FN(NAME, ACT, 5) GROUP_FN(NAME, ACT, 6) GROUP_FN(NAME, ACT, 7) GROUP_FN(NAME, ACT, 8)                    \
     GROUP_TABLE(NAME, ACT, R16_K_INPUTS) = {NULL,          GCAT(NAME, 1), GCAT(NAME, 2), GCAT(NAME, 3),         \
                                               GCAT(NAME, 4), GCAT(NAME, 5), GCAT(NAME, 6), GCAT(NAME, 7),         \
@@ -325,6 +327,7 @@ TARGET512 static void GNAME(group_product)(int type, const uint8_t *w, const voi
 
 #undef GROUP_FN
 #undef GROUP_TABLE
+#undef GROUP_FNS4
 #undef SPECIALISE_GROUP
 #undef SPECIALISE_GROUP8
 #undef GROUP_ACCUMULATORS

@@ -18,7 +18,7 @@
  * Four kernels, the same bits: AVX2 (any x86 CPU with AVX2, FMA, F16C), AVX-512 BW/VL/VNNI where the CPU has it on
  * 256-bit registers (avx512-vnni-256: _quant_rows.h, _quant_groups.h) and on 512-bit ones (below: the same integer
  * lanes and the same float epilogue), and AMX (AVX-512 rows, and Q4_K passes on tiles that form the same integers:
- * from 3 rows in the file's layout, from 5 in groups of 16); the caller names one (kernel_supported;
+ * from 3 rows in the file's layout, from 13 in groups of 16); the caller names one (kernel_supported;
  * specdec/gguf/kernel_plan.py measures them).
  *
  * Dequantisation reproduces the gguf package's reference formulas operation by operation (this file is built with
@@ -1157,7 +1157,7 @@ TARGET_AMX static int amx_matmul_q4_k(const uint8_t *w, int64_t stride, int grou
     return failed ? -1 : 0;
 }
 
-/* --- Q4_K in groups of 16 rows on AMX tiles with the weights as B: passes of a few rows ------------------------------
+/* --- Q4_K in groups of 16 rows on AMX tiles with the weights as B: passes of 13-47 rows --------------------------
  * The grouped layout keeps a piece's quants as 8 runs of 16 outputs x 4 bytes (q4k_pack_block): with the low nibbles
  * masked out, then the high ones, that is 16 rows of the B operand of tdpbsud as it reads it (K = the piece's 64
  * values, N = the group's 16 outputs). A piece holds two sub-blocks with their own scales, so each input enters A
@@ -1351,7 +1351,7 @@ TARGET static int r16_matmul(int type, const uint8_t *w, const void **rows, cons
     const int row_type = row_type_of(type);
     const int64_t blocks = K / BLOCK_VALUES[type], n_groups = N / R16, group_bytes = blocks * R16 * BLOCK_BYTES[type];
     if (kernel != KERNEL_AVX2) {
-        const int per_pass = type == Q6_K_R16 || type == Q4_K_R16 ? R16_K_INPUTS : R16_INPUTS;
+        const int per_pass = is_k_quant(type) ? R16_K_INPUTS : R16_INPUTS;
         const int64_t passes = (M + per_pass - 1) / per_pass;
 #pragma omp parallel for num_threads(threads) schedule(static)
         for (int64_t g = 0; g < n_groups; g++) {
