@@ -75,6 +75,12 @@
 #error "GROUP_BITS must be 512 or 256"
 #endif
 #define GH (R16 / GL)                          /* parts of a group */
+/* The K-quant group functions' inner loop over a block's eight pieces, unrolled: rolled, GCC 12 keeps each input's
+ * sums in other registers than the multiplies write and copies them back and forth (two moves a multiply at 8
+ * inputs, and spills). The same operations in the same order: the same bits. Intel Xeon, avx512-vnni, alternating
+ * processes: 28 ffn_up products at 64 rows 3.07-3.31 against 3.51-3.81 ms; with matmul's inputs quantised on every
+ * thread, a prompt pass of 512 at 144-148 against 127-134 tokens/s (experiments/cpu-lead, fifth run). */
+#define GROUP_UNROLL _Pragma("GCC unroll 8")
 #define GCAT2(a, b) a##_##b
 #define GCAT(a, b) GCAT2(a, b)
 #define GNAME(name) GCAT(name, GROUP_BITS)     /* group_q4_k_r16_512, group_q4_k_r16_256, ... */
@@ -133,6 +139,7 @@ TARGET512 static inline __attribute__((always_inline)) void GNAME(group_q4_k_r16
             for (int p = 0; p < 4; p++) { /* chunk p: sub-blocks 2p (low nibbles) and 2p + 1 (high) */
                 VI lo_sum[R16_K_INPUTS], hi_sum[R16_K_INPUTS];
                 for (int i = 0; i < nx; i++) lo_sum[i] = hi_sum[i] = V_ZERO();
+                GROUP_UNROLL
                 for (int t = 0; t < 8; t++) {
                     const VI v = V_LOAD(w + R16_QS + 512 * p + 64 * t + AT4(h));
                     const VI lo = V_AND(v, low4), hi = V_AND(V_SRLI16(v, 4), low4);
@@ -185,6 +192,7 @@ TARGET512 static inline __attribute__((always_inline)) void GNAME(group_q6_k_r16
             for (int k = 0; k < 4; k++) {
                 VI lo[R16_K_INPUTS], hi[R16_K_INPUTS]; /* lanes k and k + 4 */
                 for (int i = 0; i < nx; i++) lo[i] = hi[i] = V_ZERO();
+                GROUP_UNROLL
                 for (int t = 0; t < 8; t++) {
                     const uint8_t *piece = w + R16_Q6K_QS + 384 * t;
                     const VI v = V_LOAD(piece + 64 * k + AT4(h));
@@ -327,6 +335,7 @@ TARGET512 static void GNAME(group_product)(int type, const uint8_t *w, const voi
 
 #undef GROUP_FN
 #undef GROUP_TABLE
+#undef GROUP_UNROLL
 #undef GROUP_FNS4
 #undef SPECIALISE_GROUP
 #undef SPECIALISE_GROUP8
