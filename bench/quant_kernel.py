@@ -6,7 +6,8 @@
 Every layer's matrix of one shape (of the --types asked for) is used in turn (so none stays in cache), rows counts,
 kernels (all this CPU runs, by default) and layouts (the file's rows, and Q4_K/Q6_K in groups of 16 rows on the
 AVX-512 kernels) interleaved per repeat; prints ms per product (median over repeats) and GB/s of weight bytes as
-held, and each row count's time over one row's in the same cell. Run it alone on the machine."""
+held, and each row count's time over one row's in the same cell. --hot-rows N times the arithmetic alone instead
+(one matrix's first N rows, in cache), in multiply-adds per second a core. Run it alone on the machine."""
 
 from __future__ import annotations
 
@@ -43,6 +44,10 @@ def main() -> None:
     parser.add_argument("--kernels", nargs="+", default=None, help="product kernels (default: every one this CPU runs)")
     parser.add_argument("--layouts", nargs="+", default=list(quant.LAYOUTS), choices=quant.LAYOUTS)
     parser.add_argument("--types", nargs="+", default=None, help="only matrices of these types (default: all)")
+    parser.add_argument("--hot-rows", type=int, default=None,
+                        help="the arithmetic alone: each kind's first matrix cut to its first N rows (whole groups of "
+                             "16), multiplied 28 times in a row so that its weights stay in cache; adds multiply-adds "
+                             "per second a core, to set against bench/multiply_rate.py's ceiling")
     args = parser.parse_args()
     kernels = args.kernels or list(quant.kernels())
     torch.set_num_threads(args.threads)
@@ -50,12 +55,20 @@ def main() -> None:
         group = matrices(args.gguf, kind, args.types)
         if not group:
             continue
+        if args.hot_rows:
+            first = group[0]
+            if args.hot_rows % quant.R16_ROWS or not 0 < args.hot_rows <= first.out_features:
+                parser.error(f"--hot-rows {args.hot_rows}: a multiple of {quant.R16_ROWS} up to {kind}'s "
+                             f"{first.out_features} rows")
+            group = [QuantMatrix(first.raw[:args.hot_rows].clone(), first.qtype, first.in_features, first.name)]
         layouts = {"rows": group}
         if "r16" in args.layouts and all(m.qtype in quant.R16_BLOCK_BYTES and m.out_features % quant.R16_ROWS == 0
                                          for m in group):
             layouts["r16"] = [m.in_layout("r16") for m in group]
         if "rows" not in args.layouts:
             del layouts["rows"]
+        if args.hot_rows:  # one copy per layout, multiplied 28 times in a row
+            layouts = {lay: ws * 28 for lay, ws in layouts.items()}
         inputs = {m: torch.randn(m, group[0].in_features) for m in args.rows}
         # groups of 16 rows on the AVX-512 kernels only (AVX2 unpacks them first: not a speed worth timing)
         variants = [(k, lay) for lay in layouts for k in kernels if lay == "rows" or k != "avx2"]
@@ -75,10 +88,16 @@ def main() -> None:
         for kernel, lay in variants:
             nbytes = statistics.mean(w.nbytes for w in layouts[lay])
             one = statistics.median(times[kernel, lay, args.rows[0]])
-            line = ", ".join(f"m{m} {statistics.median(times[kernel, lay, m]) * 1e3:.3f} ms "
-                             f"({nbytes / statistics.median(times[kernel, lay, m]) / 1e9:.1f} GB/s, "
-                             f"x{statistics.median(times[kernel, lay, m]) / one:.2f})" for m in args.rows)
-            print(f"{kind} {group[0].out_features}x{group[0].in_features} {'/'.join(types)} x{len(group)} {kernel} "
+            def rates(m: int) -> str:
+                seconds = statistics.median(times[kernel, lay, m])
+                macs = group[0].out_features * group[0].in_features * m / seconds / args.threads
+                return (f"{nbytes / seconds / 1e9:.1f} GB/s, x{seconds / one:.2f}"
+                        + (f", {macs / 1e9:.0f} G multiply-adds/s a core" if args.hot_rows else ""))
+
+            line = ", ".join(f"m{m} {statistics.median(times[kernel, lay, m]) * 1e3:.3f} ms ({rates(m)})"
+                             for m in args.rows)
+            print(f"{kind} {group[0].out_features}x{group[0].in_features} {'/'.join(types)} "
+                  f"{'one, in cache, x28' if args.hot_rows else f'x{len(group)}'} {kernel} "
                   f"{lay}: {line}", flush=True)
 
 if __name__ == "__main__":

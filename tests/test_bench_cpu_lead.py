@@ -1,7 +1,11 @@
-"""bench/prompt_pass.py and bench/heldout_cli.py (experiments/cpu-lead) on tiny GGUF files: they run, write the rows
-they claim, and refuse what they cannot run (their timings belong to the experiment, not to a test)."""
+"""bench/prompt_pass.py and bench/heldout_cli.py (experiments/cpu-lead) on tiny GGUF files, and
+bench/multiply_rate.py's probe: they run, write the rows they claim, and refuse what they cannot run (their timings
+belong to the experiment, not to a test)."""
 
+import os
+import platform
 import runpy
+import shutil
 from pathlib import Path
 
 import pandas as pd
@@ -79,3 +83,37 @@ def test_the_heldout_check_runs_the_command_line_and_records_identity(heldout, f
     frame = pd.read_csv(out)
     assert list(frame.draft) == ["model:2", "model-v40:2"] and frame.greedy_identical.all()
     assert (frame.new_tokens == 6).all() and (frame.prompt_tokens > 2).all() and (frame.speedup > 0).all()
+
+
+@pytest.fixture(scope="module")
+def multiply_rate():
+    return runpy.run_path(str(BENCH / "multiply_rate.py"))
+
+
+@pytest.mark.skipif(shutil.which("gcc") is None or shutil.which("taskset") is None or platform.machine() != "x86_64",
+                    reason="the probe is x86 assembly built with gcc and pinned with taskset")
+def test_the_multiply_rate_probe_runs_what_this_cpu_has_on_every_core(multiply_rate, tmp_path):
+    have = multiply_rate["runnable"](multiply_rate["cpu_flags"]())
+    assert "ymm-vpmaddubsw" in have  # every CPU the study runs has AVX2
+    out = tmp_path / "rate.csv"
+    multiply_rate["main"](["--instructions", "ymm-vpmaddubsw", "ymm-vpmaddwd", "--rounds", "20000", "--cores", "2",
+                           "--out", str(out)])
+    frame = pd.read_csv(out)
+    cores = min(2, len(os.sched_getaffinity(0)))
+    assert list(frame.instruction) == ["ymm-vpmaddubsw"] * cores + ["ymm-vpmaddwd"] * cores
+    assert (frame.per_s > 0).all()
+    macs = frame.instruction.map({name: spec[0] for name, spec in multiply_rate["INSTRUCTIONS"].items()})
+    assert ((frame.macs_per_s - frame.per_s * macs).abs() <= 1e-9 * frame.macs_per_s).all()
+
+
+def test_the_multiply_rate_probe_refuses_an_instruction_the_cpu_lacks(multiply_rate, capsys, monkeypatch):
+    monkeypatch.setitem(multiply_rate["main"].__globals__, "cpu_flags", lambda: {"avx2"})
+    with pytest.raises(SystemExit):
+        multiply_rate["main"](["--instructions", "zmm-vpdpbusd"])
+    assert "['zmm-vpdpbusd'] are not instructions this CPU runs" in capsys.readouterr().err
+
+
+def test_the_probe_keeps_twelve_independent_accumulators_per_instruction(multiply_rate):
+    source = multiply_rate["probe_source"](["zmm-vpdpbusd"])
+    targets = {line.rsplit("%%", 1)[1].split("\\n")[0] for line in source.splitlines() if "vpdpbusd %%" in line}
+    assert targets == {f"zmm{i}" for i in range(12)}
