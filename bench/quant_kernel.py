@@ -34,6 +34,13 @@ def matrices(path: str, kind: str, types=None) -> list[QuantMatrix]:
     return out
 
 
+def cell_text(seconds: float, one: float, nbytes: float, macs_a_thread: float, m: int, hot: bool) -> str:
+    """One row count's time, bytes per second, its ratio to one row's time and, for the arithmetic alone, its
+    multiply-adds per second a core."""
+    rate = f", {macs_a_thread / seconds / 1e9:.0f} G multiply-adds/s a core" if hot else ""
+    return f"m{m} {seconds * 1e3:.3f} ms ({nbytes / seconds / 1e9:.1f} GB/s, x{seconds / one:.2f}{rate})"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--gguf", default="resources/gguf/qwen2.5-coder-1.5b-instruct.gguf")
@@ -88,14 +95,9 @@ def main() -> None:
         for kernel, lay in variants:
             nbytes = statistics.mean(w.nbytes for w in layouts[lay])
             one = statistics.median(times[kernel, lay, args.rows[0]])
-            def rates(m: int) -> str:
-                seconds = statistics.median(times[kernel, lay, m])
-                macs = group[0].out_features * group[0].in_features * m / seconds / args.threads
-                return (f"{nbytes / seconds / 1e9:.1f} GB/s, x{seconds / one:.2f}"
-                        + (f", {macs / 1e9:.0f} G multiply-adds/s a core" if args.hot_rows else ""))
-
-            line = ", ".join(f"m{m} {statistics.median(times[kernel, lay, m]) * 1e3:.3f} ms ({rates(m)})"
-                             for m in args.rows)
+            line = ", ".join(cell_text(statistics.median(times[kernel, lay, m]), one, nbytes,
+                                       group[0].out_features * group[0].in_features * m / args.threads, m,
+                                       args.hot_rows is not None) for m in args.rows)
             print(f"{kind} {group[0].out_features}x{group[0].in_features} {'/'.join(types)} "
                   f"{'one, in cache, x28' if args.hot_rows else f'x{len(group)}'} {kernel} "
                   f"{lay}: {line}", flush=True)
