@@ -84,8 +84,8 @@ def build_probe(names: list[str], where: Path) -> Path:
 
 def rate_per_core(binary: Path, name: str, cores: list[int], rounds: int) -> list[float]:
     """Instructions per second on each core, all of them running at once (the probe prints its seconds)."""
-    procs = [subprocess.Popen(["taskset", "-c", str(core), str(binary), name, str(rounds)], stdout=subprocess.PIPE,
-                              text=True) for core in cores]
+    procs = [subprocess.Popen([str(binary), name, str(rounds)], stdout=subprocess.PIPE, text=True,
+                              preexec_fn=lambda core=core: os.sched_setaffinity(0, {core})) for core in cores]
     seconds = []
     for proc in procs:
         out, _ = proc.communicate()
@@ -102,6 +102,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--rounds", type=int, default=50_000_000, help="rounds of 12 instructions a measurement")
     parser.add_argument("--out", default=None)
     args = parser.parse_args(argv)
+    if args.rounds < 1 or args.cores < 1:  # the probe's loop counts down to zero: it must start above it
+        parser.error("--rounds and --cores must be at least 1")
     have = runnable(cpu_flags())
     names = args.instructions or have
     missing = [name for name in names if name not in have]

@@ -90,8 +90,8 @@ def multiply_rate():
     return runpy.run_path(str(BENCH / "multiply_rate.py"))
 
 
-@pytest.mark.skipif(shutil.which("gcc") is None or shutil.which("taskset") is None or platform.machine() != "x86_64",
-                    reason="the probe is x86 assembly built with gcc and pinned with taskset")
+@pytest.mark.skipif(shutil.which("gcc") is None or platform.machine() != "x86_64",
+                    reason="the probe is x86 assembly built with gcc")
 def test_the_multiply_rate_probe_runs_what_this_cpu_has_on_every_core(multiply_rate, tmp_path):
     have = multiply_rate["runnable"](multiply_rate["cpu_flags"]())
     assert "ymm-vpmaddubsw" in have  # every CPU the study runs has AVX2
@@ -111,6 +111,12 @@ def test_the_multiply_rate_probe_refuses_an_instruction_the_cpu_lacks(multiply_r
     with pytest.raises(SystemExit):
         multiply_rate["main"](["--instructions", "zmm-vpdpbusd"])
     assert "['zmm-vpdpbusd'] are not instructions this CPU runs" in capsys.readouterr().err
+
+
+def test_the_multiply_rate_probe_refuses_rounds_its_loop_cannot_count(multiply_rate, capsys):
+    with pytest.raises(SystemExit):
+        multiply_rate["main"](["--rounds", "0"])
+    assert "--rounds and --cores must be at least 1" in capsys.readouterr().err
 
 
 def test_the_probe_keeps_twelve_independent_accumulators_per_instruction(multiply_rate):
