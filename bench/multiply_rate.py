@@ -20,6 +20,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from specdec.study.machine import cpuinfo
+
 # name: (multiply-adds per instruction, the /proc/cpuinfo flags it needs, the instruction, its register prefix)
 INSTRUCTIONS = {
     "zmm-vpdpbusd": (64, {"avx512_vnni"}, "vpdpbusd", "zmm"),
@@ -36,14 +38,15 @@ ACCUMULATORS = 12
 
 
 def cpu_flags() -> set[str]:
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("flags"):
-            return set(line.partition(":")[2].split())
-    return set()
+    return set(cpuinfo()["flags"])
 
 
 def runnable(flags: set[str]) -> list[str]:
     return [name for name, (_, needs, _, _) in INSTRUCTIONS.items() if needs <= flags]
+
+
+def _symbol(name: str) -> str:
+    return name.replace("-", "_")
 
 
 def _loop(name: str) -> str:
@@ -52,9 +55,8 @@ def _loop(name: str) -> str:
     _, _, instruction, reg = INSTRUCTIONS[name]
     body = "".join(f'"{instruction} %%{reg}14, %%{reg}15, %%{reg}{i}\\n"\n' for i in range(ACCUMULATORS))
     clobbers = ", ".join(f'"xmm{i}"' for i in list(range(ACCUMULATORS)) + [14, 15])
-    symbol = name.replace("-", "_")
     return f"""
-static double {symbol}(long n) {{
+static double {_symbol(name)}(long n) {{
     double t = now();
     __asm__ volatile("vpxor %%xmm14, %%xmm14, %%xmm14\\n vpxor %%xmm15, %%xmm15, %%xmm15\\n 1:\\n"
 {body}        "dec %0\\n jnz 1b\\n" : "+r"(n) :: {clobbers});
@@ -64,7 +66,7 @@ static double {symbol}(long n) {{
 
 
 def probe_source(names: list[str]) -> str:
-    dispatch = "".join(f'    if (!strcmp(argv[1], "{name}")) s = {name.replace("-", "_")}(n);\n' for name in names)
+    dispatch = "".join(f'    if (!strcmp(argv[1], "{name}")) s = {_symbol(name)}(n);\n' for name in names)
     return ("#include <stdio.h>\n#include <stdlib.h>\n#include <string.h>\n#include <time.h>\n"
             "static double now(void) { struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t); "
             "return t.tv_sec + t.tv_nsec * 1e-9; }\n"

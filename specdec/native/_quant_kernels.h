@@ -822,7 +822,8 @@ ROW_Q32(row_q5_0_512, TARGET512, GROUP512, 22, q5_0_unsigned, dot_offset_vnni)
 ROW_Q32(row_q8_0_512, TARGET512, GROUP512, 34, q8_0_quants, dot_act_vnni)
 
 /* How many blocks ahead of the one being multiplied the weights are asked for (bench: 2-4 alike on the AMD EPYC Zen 5,
- * none or one block 20-35% slower) */
+ * none or one block 20-35% slower; on the Intel Xeon none is ~5% faster at one row, 16 slower, the step alike:
+ * experiments/cpu-lead, fifth run) */
 #define R16_AHEAD 3
 #define R16_INPUTS 4 /* inputs per pass over a group's blocks for Q5_0 and Q8_0 (their eight float accumulators an
                       * input in registers; SPECIALISE_GROUP compiles 1..4) */
