@@ -8,7 +8,11 @@ Passes are interleaved per repeat (each crops back to the context first), and so
 this CPU runs, unless named; they give the same bits) on the file's row layout, and the layout a model loads with by
 default where that is another (Q4_K in groups of 16 rows on AVX-512, `quant.preferred_layout`; one more copy of the
 model in memory), and the file's kernel plan where it differs from that default (specdec/gguf/kernel_plan.py:
-measured at this load, or this machine's cached plan); medians and the spread over repeats. Run it alone."""
+measured at this load, or this machine's cached plan); medians and the spread over repeats. Run it alone.
+
+The floor is read once a round, right after its passes, and each pass is set against its own round's floor: on a
+shared host the read bandwidth moved between 26 and 52 GB/s within half an hour (AMD EPYC Zen 4,
+experiments/cpu-lead, sixth run), so one reading for the whole run made the same step 1.12x or 1.79x its floor."""
 
 from __future__ import annotations
 
@@ -24,7 +28,17 @@ from specdec.gguf.lean import LeanLM
 from specdec.study.cost.profiling import memory_bandwidth
 
 
-def main() -> None:
+BANDWIDTH_BYTES = 1024 * 2**20  # a torch sum over 1 GiB, far past the caches
+
+
+def floor_ratios(seconds: list[float], step_bytes: int, bandwidths: list[float]) -> list[float]:
+    """Each round's pass time over that round's floor (step_bytes at the bandwidth read right after the round)."""
+    if len(seconds) != len(bandwidths):
+        raise ValueError(f"{len(seconds)} pass times against {len(bandwidths)} bandwidth readings: one a round")
+    return [t * bandwidth / step_bytes for t, bandwidth in zip(seconds, bandwidths)]
+
+
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--gguf", default="resources/gguf/qwen2.5-coder-1.5b-instruct.gguf")
     parser.add_argument("--m", nargs="+", type=int, default=[1, 2, 3, 5, 9, 16])
@@ -36,7 +50,9 @@ def main() -> None:
                         help="product kernels to time (default: all this CPU runs)")
     parser.add_argument("--head-vocab", type=int, default=None,
                         help="also time the sessions with their head limited to the first N ids (a draft's vocab)")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
+    if args.repeats < 1:
+        parser.error(f"--repeats must be at least 1 (timed rounds after the warm-up), got {args.repeats}")
     torch.set_num_threads(args.threads)
     os.environ[kernel_plan.PLAN_ENV] = "off"
     os.environ[quant.LAYOUT_ENV] = "rows"
@@ -67,6 +83,7 @@ def main() -> None:
         if layout != "rows"]
     cells = [(variant, m) for variant in variants for m in args.m]
     times = {cell: [] for cell in cells}
+    bandwidths = []  # one reading a timed round
     for repeat in range(args.repeats + 1):  # the first round warms up
         for ((kernel, layout), m) in cells[repeat % len(cells):] + cells[:repeat % len(cells)]:
             session = sessions[layout]
@@ -76,16 +93,20 @@ def main() -> None:
                 if repeat:
                     times[(kernel, layout), m].append(time.perf_counter() - start)
             session.crop(args.context)
-    bandwidth = memory_bandwidth(1024 * 2**20, repeats=5)
-    print(f"{args.gguf}: read bandwidth {bandwidth / 1e9:.1f} GB/s, {args.threads} threads, context {args.context}")
+        if repeat:
+            bandwidths.append(memory_bandwidth(BANDWIDTH_BYTES, repeats=3))
+    bandwidth = statistics.median(bandwidths)
+    print(f"{args.gguf}: read bandwidth {bandwidth / 1e9:.1f} GB/s [{min(bandwidths) / 1e9:.1f}, "
+          f"{max(bandwidths) / 1e9:.1f}] over the rounds, {args.threads} threads, context {args.context}")
     for layout, session in sessions.items():
         print(f"  layout {layout}: {session.step_bytes() / 1e9:.3f} GB per step, floor "
-              f"{session.step_bytes() / bandwidth * 1e3:.1f} ms")
+              f"{session.step_bytes() / bandwidth * 1e3:.1f} ms at the median bandwidth")
     for ((kernel, layout), m), t in times.items():
-        floor = sessions[layout].step_bytes() / bandwidth
+        ratios = floor_ratios(t, sessions[layout].step_bytes(), bandwidths)
         median, one = statistics.median(t), statistics.median(times[(kernel, layout), min(args.m)])
         print(f"{kernel:12s} {layout:8s} m {m:2d}: {median * 1e3:7.1f} ms [{min(t) * 1e3:.1f}, {max(t) * 1e3:.1f}]  "
-              f"x{median / floor:.2f} floor  T(m)/T(1) {median / one:.2f}")
+              f"x{statistics.median(ratios):.2f} floor [{min(ratios):.2f}, {max(ratios):.2f}]  "
+              f"T(m)/T(1) {median / one:.2f}")
 
 
 if __name__ == "__main__":

@@ -123,3 +123,43 @@ def test_the_probe_keeps_twelve_independent_accumulators_per_instruction(multipl
     source = multiply_rate["probe_source"](["zmm-vpdpbusd"])
     targets = {line.rsplit("%%", 1)[1].split("\\n")[0] for line in source.splitlines() if "vpdpbusd %%" in line}
     assert targets == {f"zmm{i}" for i in range(12)}
+
+
+@pytest.fixture(scope="module")
+def lean_step():
+    return runpy.run_path(str(BENCH / "lean_step.py"))
+
+
+def test_each_round_is_set_against_its_own_floor(lean_step):
+    """A pass twice as long in a round when the host read twice as fast is the same ratio to its floor; the pairing
+    is by round, so a missing reading is refused, not shifted."""
+    ratios = lean_step["floor_ratios"]([0.020, 0.040], 10**9, [50e9, 25e9])
+    assert ratios == pytest.approx([1.0, 1.0])
+    assert lean_step["floor_ratios"]([0.030], 10**9, [40e9]) == pytest.approx([1.2])
+    with pytest.raises(ValueError, match="one a round"):
+        lean_step["floor_ratios"]([0.02, 0.04], 10**9, [50e9])
+
+
+@needs_product
+def test_the_step_bench_reads_the_bandwidth_every_round(lean_step, files, capsys, monkeypatch):
+    readings = []
+
+    def bandwidth(bytes_, repeats):  # the real torch sum, counted
+        readings.append(bytes_)
+        return real(64 * 2**20, repeats=1)
+
+    real = lean_step["main"].__globals__["memory_bandwidth"]
+    monkeypatch.setitem(lean_step["main"].__globals__, "memory_bandwidth", bandwidth)
+    lean_step["main"](["--gguf", str(files["target"]), "--m", "1", "2", "--repeats", "3", "--context", "8",
+                       "--threads", "1", "--kernels", quant.kernel_name()])
+    out = capsys.readouterr().out
+    assert len(readings) == 3  # one a timed round, none for the warm-up
+    assert "over the rounds" in out
+    rows = [line for line in out.splitlines() if " m  1:" in line or " m  2:" in line]
+    assert rows and all("floor [" in line and "T(m)/T(1)" in line for line in rows)
+
+
+def test_the_step_bench_refuses_no_timed_rounds(lean_step, capsys):
+    with pytest.raises(SystemExit):
+        lean_step["main"](["--repeats", "0"])
+    assert "--repeats must be at least 1" in capsys.readouterr().err
