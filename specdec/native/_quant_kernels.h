@@ -38,9 +38,20 @@
 #define Q32 32   /* values per Q5_0 / Q8_0 block, and per activation block for them */
 #define GROUP 4     /* inputs that share each unpacked weight piece (AVX2: 16 vector registers) */
 #define GROUP512 8  /* the same with AVX-512 (32 registers) */
-/* How far ahead of the row being multiplied its weights are asked for (bench/quant_kernel.py; 1-2 KB measured best
- * on the Intel Xeon, 512 B-2 KB alike within noise; 4 KB and more slowed the head's product) */
-#define PREFETCH_BYTES 1024
+/* How far ahead of the block being multiplied a row function asks for the weights, in bytes. Asked block by block
+ * inside the row, the reading overlaps the arithmetic across a long row too: the former ask, a whole row's bytes 1 KB
+ * ahead at the row's start, left the 8960-wide ffn_down rows (7 KB) waiting on memory. AMD EPYC Zen 4, in one
+ * process, alternating: the 14 Q6_K ffn_down products at 1 row 4.8 against 6.1 ms (33 against 26 GB/s), at 3 rows
+ * 8.2 against 10.8; the Q4_K ones 3.7 against 4.9; 1, 2, 4 and 8 KB ahead alike within 5%, the head alike
+ * (experiments/cpu-lead, seventh run). */
+#define ROW_AHEAD 2048
+
+/* Asks for the block_bytes at ROW_AHEAD past block w's start, as far as they lie inside the matrix (left: its bytes
+ * from w on). A prefetch changes no value. */
+static inline void row_prefetch(const uint8_t *w, int block_bytes, int64_t left) {
+    for (int off = 0; off < block_bytes && ROW_AHEAD + off < left; off += 64)
+        _mm_prefetch((const char *)(w + ROW_AHEAD + off), _MM_HINT_T0);
+}
 
 /* Q4_K_R16 .. Q8_0_R16: the blocks repacked in groups of 16 rows (below, "Q4_K in groups of 16 rows" and after):
  * 148, 210, 22 and 34 bytes per row and block on average, every value kept. */
@@ -618,13 +629,24 @@ TARGET static inline __attribute__((always_inline)) void q4k_flush_all(q4k_stash
         acc[i] = q4k_flush(&stash[i], q4k_gather_input_scales(&x[i][b - slot], count), d8, dmin8, count, acc[i]);
 }
 
-/* Q6_K: the quants' offset of 32 (times each scale and the sum of its 16 activations) off the lanes, then the lanes
- * times d x the input's scale. */
-TARGET static inline __attribute__((always_inline)) void q6k_accumulate(__m256 *acc, float d, const act_k *a,
-                                                                        __m256i lanes, __m256i scale16) {
-    const __m256i offset = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)a->sums), scale16);
-    const __m256i total = _mm256_sub_epi32(lanes, _mm256_slli_epi32(offset, 5));
-    *acc = _mm256_fmadd_ps(_mm256_set1_ps(d * a->d), _mm256_cvtepi32_ps(total), *acc);
+/* Q6_K: the quants' offset of 32 (times each scale and the sum of its 16 activations) comes off the lanes first:
+ * an input's eight lane sums start from it, -32 x (scale x sum) per pair of 16s (scale_minus32: the block's scales
+ * times -32, once a block), so no shift and subtraction per input and block (integers: any order, the same sums).
+ * Then the lanes times d x the input's scale (one vector multiply: the scalar product's rounding). AMD EPYC Zen 4, one
+ * thread, rows in L2, with the top bits' masking in row_q6_k_512 and _quant_rows.h: the avx512-vnni rows 1.06-1.19x
+ * as fast at 1-8 inputs (37 / 73 / 83 against 34 / 68 / 71 G multiply-adds a second at 1 / 3 / 5), avx512-vnni-256
+ * 1.02-1.13x, avx2 0.98-1.06x; the same bits (experiments/cpu-lead, seventh run). */
+TARGET static inline __attribute__((always_inline)) __m256i q6k_offset(const act_k *a, __m256i scale_minus32) {
+    return _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)a->sums), scale_minus32);
+}
+
+TARGET static inline __attribute__((always_inline)) __m256i q6k_scales_minus32(__m256i scale16) {
+    return _mm256_sub_epi16(_mm256_setzero_si256(), _mm256_slli_epi16(scale16, 5));
+}
+
+TARGET static inline __attribute__((always_inline)) void q6k_accumulate(__m256 *acc, __m256 d, const act_k *a,
+                                                                        __m256i total) {
+    *acc = _mm256_fmadd_ps(_mm256_mul_ps(d, _mm256_broadcast_ss(&a->d)), _mm256_cvtepi32_ps(total), *acc);
 }
 
 /* The K-quant row functions of the avx2 kernel (_quant_rows.h; avx512-vnni-256's below, with the AVX-512 code) */
@@ -663,10 +685,11 @@ TARGET static inline __attribute__((always_inline)) __m256i q8_0_quants(const ui
  * and, per input, one 8-lane integer dot product (DOT) and one multiply-add into that input's accumulator. */
 #define ROW_Q32(NAME, ISA, GROUPN, BYTES, UNPACK, DOT)                                                              \
     ISA static inline __attribute__((always_inline)) void NAME(const uint8_t *w, const act_32 *const *x, int nx,    \
-                                                               int64_t K, float *out) {                             \
+                                                               int64_t K, int64_t left, float *out) {               \
         __m256 acc[GROUPN];                                                                                         \
         for (int i = 0; i < nx; i++) acc[i] = _mm256_setzero_ps();                                                  \
-        for (int64_t b = 0; b < K / Q32; b++, w += BYTES) {                                                        \
+        for (int64_t b = 0; b < K / Q32; b++, w += BYTES, left -= BYTES) {                                         \
+            row_prefetch(w, BYTES, left);                                                                           \
             const float d = half(w);                                                                                \
             const __m256i q = UNPACK(w);                                                                            \
             for (int i = 0; i < nx; i++) {                                                                          \
@@ -732,12 +755,13 @@ TARGET512 static inline __m512i q4k_nibbles(const uint8_t *chunk) {
 TARGET512 static inline __m512i q4k_piece(const uint8_t *w, int p) { return q4k_nibbles(w + 16 + 32 * p); }
 
 TARGET512 static inline __attribute__((always_inline)) void row_q4_k_512(const uint8_t *w, const act_k *const *x,
-                                                                         int nx, int64_t K, float *out) {
+                                                                         int nx, int64_t K, int64_t left, float *out) {
     __m256 acc[GROUP512];
     q4k_stash stash[GROUP512];
     q4k_lanes one = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
     for (int i = 0; i < nx; i++) acc[i] = _mm256_setzero_ps();
-    for (int64_t b = 0; b < K / QK; b++, w += 144) {
+    for (int64_t b = 0; b < K / QK; b++, w += 144, left -= 144) {
+        row_prefetch(w, 144, left);
         const int slot = (int)(b & 7);
         if (nx == 1) q4k_scales_next(&one, w, slot, &x[0][b]);
         const __m256i scales_mins = q4k_scales_mins(w + 4);
@@ -760,25 +784,27 @@ TARGET512 static inline __attribute__((always_inline)) void row_q4_k_512(const u
 }
 
 TARGET512 static inline __attribute__((always_inline)) void row_q6_k_512(const uint8_t *w, const act_k *const *x,
-                                                                         int nx, int64_t K, float *out) {
+                                                                         int nx, int64_t K, int64_t left, float *out) {
     __m256 acc[GROUP512];
     for (int i = 0; i < nx; i++) acc[i] = _mm256_setzero_ps();
-    const __m512i low4 = _mm512_set1_epi8(0x0F), two = _mm512_set1_epi8(3);
-    for (int64_t b = 0; b < K / QK; b++, w += 210) {
+    const __m512i low4 = _mm512_set1_epi8(0x0F), two = _mm512_set1_epi8(3), top2 = _mm512_set1_epi8(0x30);
+    for (int64_t b = 0; b < K / QK; b++, w += 210, left -= 210) {
+        row_prefetch(w, 210, left);
         const uint8_t *ql = w, *qh = w + 128;
         const __m128i scales8 = _mm_loadu_si128((const __m128i *)(w + 192));
         const float d = half(w + 208);
         const __m256i scale16 = _mm256_cvtepi8_epi16(scales8);
         const __m512i scales = _mm512_castsi256_si512(scale16);
-        __m512i sums[GROUP512];
-        for (int i = 0; i < nx; i++) sums[i] = _mm512_setzero_si512();
+        const __m256i scale_minus32 = q6k_scales_minus32(scale16);
+        __m512i sums[GROUP512]; /* the offset in the lanes fold16 keeps, zero in the others */
+        for (int i = 0; i < nx; i++) sums[i] = _mm512_zextsi256_si512(q6k_offset(&x[i][b], scale_minus32));
         for (int h = 0; h < 2; h++) {
             const __m512i l01 = _mm512_loadu_si512(ql + 64 * h); /* pieces 4h, 4h+1 (low) and 4h+2, 4h+3 (high) */
             const __m512i hb01 = twice_shifted(qh + 32 * h, 2);
             __m512i pair[2]; /* values 32(4h) .. 32(4h+2)-1, then 32(4h+2) .. 32(4h+4)-1 */
             pair[0] = _mm512_or_si512(_mm512_and_si512(l01, low4), _mm512_slli_epi16(_mm512_and_si512(hb01, two), 4));
-            pair[1] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(l01, 4), low4),
-                                      _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(hb01, 4), two), 4));
+            /* the high pieces' top bits are bits 4-5 of hb01 already: masked, not shifted down and back */
+            pair[1] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(l01, 4), low4), _mm512_and_si512(hb01, top2));
             for (int s = 0; s < 2; s++) {
                 const int t = 4 * h + 2 * s; /* pieces t and t + 1: scales 2t .. 2t + 3 */
                 const __m512i scale = _mm512_permutexvar_epi16(_mm512_load_si512(QUARTERS[t / 2]), scales);
@@ -788,7 +814,8 @@ TARGET512 static inline __attribute__((always_inline)) void row_q6_k_512(const u
                 }
             }
         }
-        for (int i = 0; i < nx; i++) q6k_accumulate(&acc[i], d, &x[i][b], fold16(sums[i]), scale16);
+        const __m256 dv = _mm256_set1_ps(d);
+        for (int i = 0; i < nx; i++) q6k_accumulate(&acc[i], dv, &x[i][b], fold16(sums[i]));
     }
     for (int i = 0; i < nx; i++) out[i] = hsum8(acc[i]);
 }
@@ -874,16 +901,18 @@ TARGET static void row_float(int type, const uint8_t *w, const float *const *x, 
 
 /* Each row function compiled for every input count of a group: with the count a constant the compiler keeps every
  * accumulator in a register and unrolls the input loops (an unknown count left them on the stack: 3x slower). */
-#define ROW_FN(NAME, ACT, ISA, N) \
-    ISA static void NAME##_##N(const uint8_t *w, const ACT *const *x, int64_t K, float *o) { NAME(w, x, N, K, o); }
+#define ROW_FN(NAME, ACT, ISA, N)                                                                              \
+    ISA static void NAME##_##N(const uint8_t *w, const ACT *const *x, int64_t K, int64_t left, float *o) {      \
+        NAME(w, x, N, K, left, o);                                                                             \
+    }
 #define SPECIALISE(NAME, ACT, ISA)                                                                                 \
     ROW_FN(NAME, ACT, ISA, 1) ROW_FN(NAME, ACT, ISA, 2) ROW_FN(NAME, ACT, ISA, 3) ROW_FN(NAME, ACT, ISA, 4)       \
-    static void (*const NAME##_for[GROUP + 1])(const uint8_t *, const ACT *const *, int64_t, float *) = {           \
+    static void (*const NAME##_for[GROUP + 1])(const uint8_t *, const ACT *const *, int64_t, int64_t, float *) = {           \
         NULL, NAME##_1, NAME##_2, NAME##_3, NAME##_4};
 #define SPECIALISE8(NAME, ACT, ISA)                                                                                \
     ROW_FN(NAME, ACT, ISA, 1) ROW_FN(NAME, ACT, ISA, 2) ROW_FN(NAME, ACT, ISA, 3) ROW_FN(NAME, ACT, ISA, 4)       \
     ROW_FN(NAME, ACT, ISA, 5) ROW_FN(NAME, ACT, ISA, 6) ROW_FN(NAME, ACT, ISA, 7) ROW_FN(NAME, ACT, ISA, 8)       \
-    static void (*const NAME##_for[GROUP512 + 1])(const uint8_t *, const ACT *const *, int64_t, float *) = {        \
+    static void (*const NAME##_for[GROUP512 + 1])(const uint8_t *, const ACT *const *, int64_t, int64_t, float *) = {        \
         NULL, NAME##_1, NAME##_2, NAME##_3, NAME##_4, NAME##_5, NAME##_6, NAME##_7, NAME##_8};
 SPECIALISE(row_q4_k, act_k, TARGET)
 SPECIALISE(row_q6_k, act_k, TARGET)
@@ -1322,7 +1351,8 @@ static int act_offset(int type, int wide) {
  * Q6_K with vpdpwssd on 256-bit registers) and the 512-bit ones of avx512-vnni and amx (eight); Q5_0 / Q8_0 run the
  * same 256-bit VNNI functions on the last three. */
 TARGET static inline void product_row(int type, const uint8_t *wn, const void **rows, int64_t M, int kernel,
-                                      int64_t K, const float *bias, float *y, int64_t ldy) {
+                                      int64_t K, int64_t left, const float *bias, float *y,
+                                      int64_t ldy) {
     const int avx2 = kernel == KERNEL_AVX2, ymm = kernel == KERNEL_AVX512_256;
     const int group = avx2 ? GROUP : GROUP512;
     const int64_t groups = (M + group - 1) / group;
@@ -1332,10 +1362,10 @@ TARGET static inline void product_row(int type, const uint8_t *wn, const void **
         const act_32 *const *x32 = (const act_32 *const *)(rows + i0);
         float out[GROUP512];
         switch (type) {
-        case Q4_K: (avx2 ? row_q4_k_for : ymm ? row_q4_k_256_for : row_q4_k_512_for)[nx](wn, xk, K, out); break;
-        case Q6_K: (avx2 ? row_q6_k_for : ymm ? row_q6_k_256_for : row_q6_k_512_for)[nx](wn, xk, K, out); break;
-        case Q5_0: (avx2 ? row_q5_0_for : row_q5_0_512_for)[nx](wn, x32, K, out); break;
-        case Q8_0: (avx2 ? row_q8_0_for : row_q8_0_512_for)[nx](wn, x32, K, out); break;
+        case Q4_K: (avx2 ? row_q4_k_for : ymm ? row_q4_k_256_for : row_q4_k_512_for)[nx](wn, xk, K, left, out); break;
+        case Q6_K: (avx2 ? row_q6_k_for : ymm ? row_q6_k_256_for : row_q6_k_512_for)[nx](wn, xk, K, left, out); break;
+        case Q5_0: (avx2 ? row_q5_0_for : row_q5_0_512_for)[nx](wn, x32, K, left, out); break;
+        case Q8_0: (avx2 ? row_q8_0_for : row_q8_0_512_for)[nx](wn, x32, K, left, out); break;
         default: row_float(type, wn, (const float *const *)(rows + i0), nx, K, out); break;
         }
         for (int i = 0; i < nx; i++) y[(i0 + i) * ldy] = bias ? out[i] + *bias : out[i];
@@ -1379,7 +1409,8 @@ TARGET static int r16_matmul(int type, const uint8_t *w, const void **rows, cons
             r16_convert(row_type, 0, w + g * group_bytes, mine, R16, K);
             for (int r = 0; r < R16; r++) {
                 const int64_t n = g * R16 + r;
-                product_row(row_type, mine + r * row_bytes, rows, M, KERNEL_AVX2, K, bias ? bias + n : NULL, y + n, ldy);
+                product_row(row_type, mine + r * row_bytes, rows, M, KERNEL_AVX2, K, (R16 - r) * row_bytes,
+                            bias ? bias + n : NULL, y + n, ldy);
             }
         }
     }
@@ -1467,13 +1498,10 @@ TARGET static int matmul(int type, const uint8_t *w, int64_t stride, const float
 #pragma omp parallel for num_threads(threads) schedule(static)
         for (int64_t n = n_first; n < N; n++) {
             const uint8_t *wn = w + n * stride;
-            /* ask for the bytes PREFETCH_BYTES ahead of this row now: the row's arithmetic then overlaps their
-             * reading (without it a step read the weights at a third of the machine's bandwidth; a prefetch changes
-             * no value) */
-            for (int64_t off = PREFETCH_BYTES; off < PREFETCH_BYTES + stride && n * stride + off < N * stride;
-                 off += 64)
-                _mm_prefetch((const char *)(wn + off), _MM_HINT_T0);
-            product_row(type, wn, rows + i0, mc, kernel, K, bias ? bias + n : NULL, y + i0 * ldy + n, ldy);
+            /* the row functions ask for the weights ROW_AHEAD on as they go (without it a step read them at a third
+             * of the machine's bandwidth) */
+            product_row(type, wn, rows + i0, mc, kernel, K, (N - n) * stride, bias ? bias + n : NULL,
+                        y + i0 * ldy + n, ldy);
         }
     }
     free(acts);

@@ -4,13 +4,15 @@
  * multiply and add in one instruction). The integers are exact either way and the float epilogue is shared
  * (q4k_keep / q4k_flush_all, q6k_accumulate): the same bits. No include guard: included twice on purpose. */
 ROW_ISA static inline __attribute__((always_inline)) void ROW_NAME(row_q4_k)(const uint8_t *w, const act_k *const *x,
-                                                                            int nx, int64_t K, float *out) {
+                                                                            int nx, int64_t K, int64_t left,
+                                                                            float *out) {
     __m256 acc[ROW_GROUP];
     q4k_stash stash[ROW_GROUP];
     q4k_lanes one = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
     for (int i = 0; i < nx; i++) acc[i] = _mm256_setzero_ps();
     const __m256i low4 = _mm256_set1_epi8(0x0F);
-    for (int64_t b = 0; b < K / QK; b++, w += 144) {
+    for (int64_t b = 0; b < K / QK; b++, w += 144, left -= 144) {
+        row_prefetch(w, 144, left);
         const int slot = (int)(b & 7);
         if (nx == 1) q4k_scales_next(&one, w, slot, &x[0][b]);
         const __m256i scales_mins = q4k_scales_mins(w + 4);
@@ -37,31 +39,33 @@ ROW_ISA static inline __attribute__((always_inline)) void ROW_NAME(row_q4_k)(con
 }
 
 ROW_ISA static inline __attribute__((always_inline)) void ROW_NAME(row_q6_k)(const uint8_t *w, const act_k *const *x,
-                                                                            int nx, int64_t K, float *out) {
+                                                                            int nx, int64_t K, int64_t left,
+                                                                            float *out) {
     __m256 acc[ROW_GROUP];
     for (int i = 0; i < nx; i++) acc[i] = _mm256_setzero_ps();
-    const __m256i low4 = _mm256_set1_epi8(0x0F), two = _mm256_set1_epi8(3);
-    for (int64_t b = 0; b < K / QK; b++, w += 210) {
+    const __m256i low4 = _mm256_set1_epi8(0x0F), top2 = _mm256_set1_epi8(0x30);
+    for (int64_t b = 0; b < K / QK; b++, w += 210, left -= 210) {
+        row_prefetch(w, 210, left);
         const uint8_t *ql = w, *qh = w + 128;
         const __m128i scales8 = _mm_loadu_si128((const __m128i *)(w + 192));
         const float d = half(w + 208);
         const __m256i scale16 = _mm256_cvtepi8_epi16(scales8);
         __m128i pick = SPLIT0;
+        const __m256i scale_minus32 = q6k_scales_minus32(scale16);
         __m256i sums[ROW_GROUP];
-        for (int i = 0; i < nx; i++) sums[i] = _mm256_setzero_si256();
+        for (int i = 0; i < nx; i++) sums[i] = q6k_offset(&x[i][b], scale_minus32);
         for (int h = 0; h < 2; h++) {
             const __m256i l0 = _mm256_loadu_si256((const __m256i *)(ql + 64 * h));
             const __m256i l1 = _mm256_loadu_si256((const __m256i *)(ql + 64 * h + 32));
             const __m256i hb = _mm256_loadu_si256((const __m256i *)(qh + 32 * h));
-            /* the four 32-value pieces of this half, quants 0..63 */
+            /* the four 32-value pieces of this half, quants 0..63: each piece's two top bits moved to bits 4-5 by
+             * one 16-bit shift and masked (what crosses a byte is masked off) */
             __m256i piece[4];
-            piece[0] = _mm256_or_si256(_mm256_and_si256(l0, low4), _mm256_slli_epi16(_mm256_and_si256(hb, two), 4));
-            piece[1] = _mm256_or_si256(_mm256_and_si256(l1, low4),
-                                       _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 2), two), 4));
-            piece[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), low4),
-                                       _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 4), two), 4));
+            piece[0] = _mm256_or_si256(_mm256_and_si256(l0, low4), _mm256_and_si256(_mm256_slli_epi16(hb, 4), top2));
+            piece[1] = _mm256_or_si256(_mm256_and_si256(l1, low4), _mm256_and_si256(_mm256_slli_epi16(hb, 2), top2));
+            piece[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), low4), _mm256_and_si256(hb, top2));
             piece[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), low4),
-                                       _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 6), two), 4));
+                                       _mm256_and_si256(_mm256_srli_epi16(hb, 2), top2));
             for (int s = 0; s < 4; s++) {
                 const int t = 4 * h + s; /* values 32t .. 32t + 31: scales 2t and 2t + 1 */
                 const __m256i scale = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(scales8, pick));
@@ -72,7 +76,8 @@ ROW_ISA static inline __attribute__((always_inline)) void ROW_NAME(row_q6_k)(con
                 }
             }
         }
-        for (int i = 0; i < nx; i++) q6k_accumulate(&acc[i], d, &x[i][b], sums[i], scale16);
+        const __m256 dv = _mm256_set1_ps(d);
+        for (int i = 0; i < nx; i++) q6k_accumulate(&acc[i], dv, &x[i][b], sums[i]);
     }
     for (int i = 0; i < nx; i++) out[i] = hsum8(acc[i]);
 }
