@@ -37,12 +37,69 @@
         return s;                                                                                                    \
     }                                                                                                                \
                                                                                                                      \
+    /* dot_() of q with four keys k_sp apart, each in dot_()'s own order (the same bits): four independent chains    \
+     * instead of one, which waited on each multiply-add's latency (AMD EPYC Zen 4: experiments/cpu-lead, seventh     \
+     * run) */                                                                                                       \
+    AVX2 static void dot4_##SUFFIX(const float *q, const KT *k, int64_t k_sp, int64_t D, float *s4) {                \
+        __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};     \
+        const int64_t D8 = D & ~(int64_t)7;                                                                          \
+        for (int64_t d = 0; d < D8; d += 8) {                                                                        \
+            const __m256 qd = _mm256_loadu_ps(q + d);                                                                \
+            for (int j = 0; j < 4; j++) acc[j] = _mm256_fmadd_ps(qd, load8_##SUFFIX(k + j * k_sp + d), acc[j]);    \
+        }                                                                                                            \
+        for (int j = 0; j < 4; j++) {                                                                                \
+            float s = hsum8(acc[j]);                                                                                 \
+            for (int64_t d = D8; d < D; d++) s = fmaf(q[d], value_##SUFFIX(k + j * k_sp + d), s);                    \
+            s4[j] = s;                                                                                               \
+        }                                                                                                            \
+    }                                                                                                                \
+                                                                                                                     \
+    /* acc[d] = sum over the n keys of p[t] v[t][d], key by key from zero (the order of every output value is the    \
+     * same whatever D is) */                                                                                        \
+    AVX2 static void weigh_values_##SUFFIX(const float *p, const KT *v, int64_t v_sp, int64_t n, int64_t D,          \
+                                           float *acc) {                                                             \
+        const int64_t D8 = D & ~(int64_t)7;                                                                          \
+        for (int64_t d = 0; d < D; d++) acc[d] = 0.0f;                                                               \
+        for (int64_t t = 0; t < n; t++) {                                                                            \
+            const KT *vt = v + t * v_sp;                                                                             \
+            const __m256 pt = _mm256_set1_ps(p[t]);                                                                  \
+            for (int64_t d = 0; d < D8; d += 8)                                                                      \
+                _mm256_storeu_ps(acc + d, _mm256_fmadd_ps(pt, load8_##SUFFIX(vt + d), _mm256_loadu_ps(acc + d)));    \
+            for (int64_t d = D8; d < D; d++) acc[d] = fmaf(p[t], value_##SUFFIX(vt + d), acc[d]);                     \
+        }                                                                                                            \
+    }                                                                                                                \
+    /* The same for D = 8 x chunks (a constant where inlined): the sums in registers rather than a load and a store   \
+     * per key and value, the same operations in the same order */                                                  \
+    AVX2 static inline __attribute__((always_inline)) void weigh_values_in_registers_##SUFFIX(                       \
+        const float *p, const KT *v, int64_t v_sp, int64_t n, const int chunks, float *acc) {                        \
+        __m256 r[16];                                                                                                \
+        for (int c = 0; c < chunks; c++) r[c] = _mm256_setzero_ps();                                                 \
+        for (int64_t t = 0; t < n; t++) {                                                                            \
+            const KT *vt = v + t * v_sp;                                                                             \
+            const __m256 pt = _mm256_set1_ps(p[t]);                                                                  \
+            for (int c = 0; c < chunks; c++) r[c] = _mm256_fmadd_ps(pt, load8_##SUFFIX(vt + 8 * c), r[c]);          \
+        }                                                                                                            \
+        for (int c = 0; c < chunks; c++) _mm256_storeu_ps(acc + 8 * c, r[c]);                                        \
+    }                                                                                                                \
+    AVX2 static void weigh_values_any_##SUFFIX(const float *p, const KT *v, int64_t v_sp, int64_t n, int64_t D,      \
+                                               float *acc) {                                                         \
+        if (D == 128)                                                                                                \
+            weigh_values_in_registers_##SUFFIX(p, v, v_sp, n, 16, acc);                                              \
+        else if (D == 64)                                                                                            \
+            weigh_values_in_registers_##SUFFIX(p, v, v_sp, n, 8, acc);                                               \
+        else                                                                                                         \
+            weigh_values_##SUFFIX(p, v, v_sp, n, D, acc);                                                            \
+    }                                                                                                                \
+                                                                                                                     \
     /* One (head, query) output; s: n rounded up to 8 floats of scratch. */                                          \
     AVX2 static void attend_one_##SUFFIX(const float *q, const KT *k, int64_t k_sp, const KT *v, int64_t v_sp,       \
                                          float *out, int64_t n, int64_t D, float scale, float *s) {                  \
         float mx = -INFINITY;                                                                                        \
+        int64_t n4 = 0;                                                                                              \
+        for (; n4 + 4 <= n; n4 += 4) dot4_##SUFFIX(q, k + n4 * k_sp, k_sp, D, s + n4);                               \
+        for (int64_t t = n4; t < n; t++) s[t] = dot_##SUFFIX(q, k + t * k_sp, D);                                    \
         for (int64_t t = 0; t < n; t++) {                                                                            \
-            s[t] = scale * dot_##SUFFIX(q, k + t * k_sp, D);                                                         \
+            s[t] = scale * s[t];                                                                                     \
             mx = s[t] > mx ? s[t] : mx;                                                                              \
         }                                                                                                            \
         const int64_t n8 = (n + 7) & ~(int64_t)7;                                                                    \
@@ -58,15 +115,7 @@
             total = _mm256_add_ps(total, e);                                                                         \
         }                                                                                                            \
         float acc[MAX_HEAD_DIM];                                                                                     \
-        const int64_t D8 = D & ~(int64_t)7;                                                                          \
-        for (int64_t d = 0; d < D; d++) acc[d] = 0.0f;                                                               \
-        for (int64_t t = 0; t < n; t++) {                                                                            \
-            const KT *vt = v + t * v_sp;                                                                             \
-            const __m256 p = _mm256_set1_ps(s[t]);                                                                   \
-            for (int64_t d = 0; d < D8; d += 8)                                                                      \
-                _mm256_storeu_ps(acc + d, _mm256_fmadd_ps(p, load8_##SUFFIX(vt + d), _mm256_loadu_ps(acc + d)));     \
-            for (int64_t d = D8; d < D; d++) acc[d] = fmaf(s[t], value_##SUFFIX(vt + d), acc[d]);                     \
-        }                                                                                                            \
+        weigh_values_any_##SUFFIX(s, v, v_sp, n, D, acc);                                                          \
         const float inv = 1.0f / hsum8(total);                                                                        \
         for (int64_t d = 0; d < D; d++) out[d] = acc[d] * inv;                                                       \
     }                                                                                                                \
