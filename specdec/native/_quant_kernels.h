@@ -917,12 +917,14 @@ TARGET static void row_float(int type, const uint8_t *w, const float *const *x, 
     }
 #define SPECIALISE(NAME, ACT, ISA)                                                                                 \
     ROW_FN(NAME, ACT, ISA, 1) ROW_FN(NAME, ACT, ISA, 2) ROW_FN(NAME, ACT, ISA, 3) ROW_FN(NAME, ACT, ISA, 4)       \
-    static void (*const NAME##_for[GROUP + 1])(const uint8_t *, const ACT *const *, int64_t, int64_t, float *) = {           \
+    static void (*const NAME##_for[GROUP + 1])(const uint8_t *, const ACT *const *, int64_t, int64_t,             \
+                                               float *) = {                                                  \
         NULL, NAME##_1, NAME##_2, NAME##_3, NAME##_4};
 #define SPECIALISE8(NAME, ACT, ISA)                                                                                \
     ROW_FN(NAME, ACT, ISA, 1) ROW_FN(NAME, ACT, ISA, 2) ROW_FN(NAME, ACT, ISA, 3) ROW_FN(NAME, ACT, ISA, 4)       \
     ROW_FN(NAME, ACT, ISA, 5) ROW_FN(NAME, ACT, ISA, 6) ROW_FN(NAME, ACT, ISA, 7) ROW_FN(NAME, ACT, ISA, 8)       \
-    static void (*const NAME##_for[GROUP512 + 1])(const uint8_t *, const ACT *const *, int64_t, int64_t, float *) = {        \
+    static void (*const NAME##_for[GROUP512 + 1])(const uint8_t *, const ACT *const *, int64_t, int64_t,          \
+                                                  float *) = {                                               \
         NULL, NAME##_1, NAME##_2, NAME##_3, NAME##_4, NAME##_5, NAME##_6, NAME##_7, NAME##_8};
 SPECIALISE(row_q4_k, act_k, TARGET)
 SPECIALISE(row_q6_k, act_k, TARGET)
@@ -1486,7 +1488,8 @@ TARGET512 static void q6k_tiles_512(const uint8_t *w, int64_t stride, const void
                     if (next_chunk < blocks) {
                         const uint8_t *next = w + next_row * stride + next_chunk * 210;
                         const int64_t bytes = (blocks - next_chunk < Q6K_CHUNK ? blocks - next_chunk : Q6K_CHUNK) * 210;
-                        for (int64_t off = 0; off < bytes; off += 64) _mm_prefetch((const char *)(next + off), _MM_HINT_T0);
+                        for (int64_t off = 0; off < bytes; off += 64)
+                            _mm_prefetch((const char *)(next + off), _MM_HINT_T0);
                     }
                     /* left 0: no prefetch along the row, whose next chunk comes after the tile's other rows */
                     row_q6_k_512_blocks_for[nx](w + (n0 + r) * stride, xk, c0, c1, 0, acc[r]);
