@@ -109,21 +109,6 @@ def test_every_kernel_gives_the_avx2_kernels_bits(qtype, in_features, kernel, th
         assert torch.equal(_bits(matrix.matmul(x[:rows], bias)), _bits(reference[rows - 1])), (kernel, rows)
 
 
-def test_q6_k_rows_in_tiles_give_the_row_functions_bits(kernel, threads):
-    """Two inputs or more take Q6_K rows on the 512-bit kernels in tiles of 8 rows and 4 blocks (matmul's
-    q6k_tiles_512): 19 rows (tiles of 8, 8 and 3) of 11 blocks (chunks of 4, 4 and 3), 2..10 inputs (groups of up to
-    8), each output the same bits as a one-input product and as the avx2 kernel's."""
-    matrix = random_quant_matrix("Q6_K", 19, 256 * 11, seed=47)
-    torch.manual_seed(47)
-    x, bias = torch.randn(10, 256 * 11) * 4, torch.randn(19)
-    with quant.use_kernel("avx2"):
-        reference = matrix.matmul(x, bias)
-    alone = torch.cat([matrix.matmul(x[i:i + 1], bias) for i in range(10)])
-    assert torch.equal(_bits(alone), _bits(reference)), kernel
-    for rows in range(2, 11):
-        assert torch.equal(_bits(matrix.matmul(x[:rows], bias)), _bits(reference[:rows])), (kernel, rows)
-
-
 @pytest.mark.skipif(not GGUF_FILES, reason="no GGUF files under resources/gguf (the models stage makes them)")
 def test_every_kernel_gives_the_same_bits_on_the_study_files_weights(kernel):
     """Real weights (the files' scales and quants, not random ones): 64 rows of each matrix type of each file."""

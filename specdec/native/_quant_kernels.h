@@ -783,15 +783,12 @@ TARGET512 static inline __attribute__((always_inline)) void row_q4_k_512(const u
     for (int i = 0; i < nx; i++) out[i] = hsum8(acc[i]);
 }
 
-/* Blocks b0..b1-1 of a Q6_K row (w its start, left its bytes to the matrix's end) into the nx accumulators acc,
- * block after block: a whole row is every block from zero accumulators, then hsum8 (row_q6_k_512). */
-TARGET512 static inline __attribute__((always_inline)) void row_q6_k_512_blocks(const uint8_t *w,
-                                                                                const act_k *const *x, int nx,
-                                                                                int64_t b0, int64_t b1, int64_t left,
-                                                                                __m256 *acc) {
+TARGET512 static inline __attribute__((always_inline)) void row_q6_k_512(const uint8_t *w, const act_k *const *x,
+                                                                         int nx, int64_t K, int64_t left, float *out) {
+    __m256 acc[GROUP512];
+    for (int i = 0; i < nx; i++) acc[i] = _mm256_setzero_ps();
     const __m512i low4 = _mm512_set1_epi8(0x0F), two = _mm512_set1_epi8(3), top2 = _mm512_set1_epi8(0x30);
-    w += 210 * b0, left -= 210 * b0;
-    for (int64_t b = b0; b < b1; b++, w += 210, left -= 210) {
+    for (int64_t b = 0; b < K / QK; b++, w += 210, left -= 210) {
         row_prefetch(w, 210, left);
         const uint8_t *ql = w, *qh = w + 128;
         const __m128i scales8 = _mm_loadu_si128((const __m128i *)(w + 192));
@@ -820,13 +817,6 @@ TARGET512 static inline __attribute__((always_inline)) void row_q6_k_512_blocks(
         const __m256 dv = _mm256_set1_ps(d);
         for (int i = 0; i < nx; i++) q6k_accumulate(&acc[i], dv, &x[i][b], fold16(sums[i]));
     }
-}
-
-TARGET512 static inline __attribute__((always_inline)) void row_q6_k_512(const uint8_t *w, const act_k *const *x,
-                                                                         int nx, int64_t K, int64_t left, float *out) {
-    __m256 acc[GROUP512];
-    for (int i = 0; i < nx; i++) acc[i] = _mm256_setzero_ps();
-    row_q6_k_512_blocks(w, x, nx, 0, K / QK, left, acc);
     for (int i = 0; i < nx; i++) out[i] = hsum8(acc[i]);
 }
 
@@ -932,17 +922,6 @@ SPECIALISE(row_q5_0, act_32, TARGET)
 SPECIALISE(row_q8_0, act_32, TARGET)
 SPECIALISE8(row_q4_k_512, act_k, TARGET512)
 SPECIALISE8(row_q6_k_512, act_k, TARGET512)
-/* row_q6_k_512_blocks for each input count (the tiles of q6k_tiles_512) */
-#define BLOCKS_FN(N)                                                                                               \
-    TARGET512 static void row_q6_k_512_blocks_##N(const uint8_t *w, const act_k *const *x, int64_t b0, int64_t b1, \
-                                                  int64_t left, __m256 *acc) {                                    \
-        row_q6_k_512_blocks(w, x, N, b0, b1, left, acc);                                                           \
-    }
-BLOCKS_FN(1) BLOCKS_FN(2) BLOCKS_FN(3) BLOCKS_FN(4) BLOCKS_FN(5) BLOCKS_FN(6) BLOCKS_FN(7) BLOCKS_FN(8)
-static void (*const row_q6_k_512_blocks_for[GROUP512 + 1])(const uint8_t *, const act_k *const *, int64_t, int64_t,
-                                                           int64_t, __m256 *) = {
-    NULL, row_q6_k_512_blocks_1, row_q6_k_512_blocks_2, row_q6_k_512_blocks_3, row_q6_k_512_blocks_4,
-    row_q6_k_512_blocks_5, row_q6_k_512_blocks_6, row_q6_k_512_blocks_7, row_q6_k_512_blocks_8};
 SPECIALISE8(row_q5_0_512, act_32, TARGET512)
 SPECIALISE8(row_q8_0_512, act_32, TARGET512)
 
@@ -1457,54 +1436,6 @@ static int64_t chunk_rows(int type, int64_t K, int64_t M) {
     return rows < GROUP512 ? GROUP512 : rows < M ? rows : M;
 }
 
-/* Q6_K rows on the 512-bit kernel for two inputs or more: Q6K_TILE rows at a time, Q6K_CHUNK blocks of each in turn,
- * so that the inputs' activations of a chunk (at most 8 x 4 x 308 bytes) stay in L1 while the tile's rows pass; the
- * next row's chunk (after the tile's last row, its first row's next chunk) is asked for while one is multiplied.
- * A whole row at a time, three inputs of an 8960-wide row fill the 32 KB of L1 with activations and every weight line
- * displaces one: AMD EPYC Zen 4, 158 MB of Q6_K ffn_down rows from memory (a C harness, two threads) at 3 inputs 11.0-
- * 11.2 ms a row at a time, 4.4-5.4 with the three inputs one and the same, 8.8-9.0 in these tiles; at 5 inputs 13.0-
- * 13.4 against 10.5 (tiles of 4, 8 or 16 rows and chunks of 2-8 blocks: 8 x 4 the best; experiments/cpu-lead, seventh
- * run). Each output still takes its blocks in order into its own accumulators, then hsum8: the row function's bits.
- * Each weight is still read once. */
-#define Q6K_TILE 8
-#define Q6K_CHUNK 4
-TARGET512 static void q6k_tiles_512(const uint8_t *w, int64_t stride, const void **rows, int64_t M, int64_t n_first,
-                                    int64_t N, int64_t K, const float *bias, float *y, int64_t ldy, int threads) {
-    const int64_t blocks = K / QK, tiles = (N - n_first + Q6K_TILE - 1) / Q6K_TILE;
-    const int64_t groups = (M + GROUP512 - 1) / GROUP512;
-#pragma omp parallel for num_threads(threads) schedule(static)
-    for (int64_t t = 0; t < tiles; t++) {
-        const int64_t n0 = n_first + t * Q6K_TILE, nr = N - n0 < Q6K_TILE ? N - n0 : Q6K_TILE;
-        for (int64_t g = 0, i0 = 0; g < groups; g++) { /* product_row's groups of inputs */
-            const int nx = (int)(M / groups + (g < M % groups));
-            const act_k *const *xk = (const act_k *const *)(rows + i0);
-            __m256 acc[Q6K_TILE][GROUP512];
-            for (int64_t r = 0; r < nr; r++)
-                for (int i = 0; i < nx; i++) acc[r][i] = _mm256_setzero_ps();
-            for (int64_t c0 = 0; c0 < blocks; c0 += Q6K_CHUNK) {
-                const int64_t c1 = blocks - c0 < Q6K_CHUNK ? blocks : c0 + Q6K_CHUNK;
-                for (int64_t r = 0; r < nr; r++) {
-                    const int64_t next_row = r + 1 < nr ? n0 + r + 1 : n0, next_chunk = r + 1 < nr ? c0 : c1;
-                    if (next_chunk < blocks) {
-                        const uint8_t *next = w + next_row * stride + next_chunk * 210;
-                        const int64_t bytes = (blocks - next_chunk < Q6K_CHUNK ? blocks - next_chunk : Q6K_CHUNK) * 210;
-                        for (int64_t off = 0; off < bytes; off += 64)
-                            _mm_prefetch((const char *)(next + off), _MM_HINT_T0);
-                    }
-                    /* left 0: no prefetch along the row, whose next chunk comes after the tile's other rows */
-                    row_q6_k_512_blocks_for[nx](w + (n0 + r) * stride, xk, c0, c1, 0, acc[r]);
-                }
-            }
-            for (int64_t r = 0; r < nr; r++)
-                for (int i = 0; i < nx; i++) {
-                    const float out = hsum8(acc[r][i]);
-                    y[(i0 + i) * ldy + n0 + r] = bias ? out + bias[n0 + r] : out;
-                }
-            i0 += nx;
-        }
-    }
-}
-
 #define QUANTIZE_PARALLEL_ROWS 32 /* inputs from which matmul quantises them on every thread */
 
 /* y (M x N, rows ldy floats apart) = x (M x K) @ W^T (+ b): W's rows of ggml blocks, `stride` bytes apart (the
@@ -1566,10 +1497,6 @@ TARGET static int matmul(int type, const uint8_t *w, int64_t stride, const float
     const int64_t chunk = chunk_rows(type, K, M);
     for (int64_t i0 = 0; i0 < M && n_first < N; i0 += chunk) {
         const int64_t mc = M - i0 < chunk ? M - i0 : chunk;
-        if (type == Q6_K && (kernel == KERNEL_AVX512_VNNI || kernel == KERNEL_AMX) && mc >= 2) {
-            q6k_tiles_512(w, stride, rows + i0, mc, n_first, N, K, bias, y + i0 * ldy, ldy, threads);
-            continue;
-        }
 #pragma omp parallel for num_threads(threads) schedule(static)
         for (int64_t n = n_first; n < N; n++) {
             const uint8_t *wn = w + n * stride;
