@@ -1351,10 +1351,10 @@ static int act_offset(int type, int wide) {
 /* Output n (weights wn, the file's row) for every input, in groups of the kernel's width, of even sizes (9 rows: 5 +
  * 4): y[i * ldy + n]. The row functions per kernel: avx2's (four inputs a pass), avx512-vnni-256's (eight; Q4_K and
  * Q6_K with vpdpwssd on 256-bit registers) and the 512-bit ones of avx512-vnni and amx (eight); Q5_0 / Q8_0 run the
- * same 256-bit VNNI functions on the last three. */
+ * same 256-bit VNNI functions on the last three. left: the matrix's bytes from wn on, how far the row functions may
+ * prefetch (0: not at all). */
 TARGET static inline void product_row(int type, const uint8_t *wn, const void **rows, int64_t M, int kernel,
-                                      int64_t K, int64_t left, const float *bias, float *y,
-                                      int64_t ldy) {
+                                      int64_t K, int64_t left, const float *bias, float *y, int64_t ldy) {
     const int avx2 = kernel == KERNEL_AVX2, ymm = kernel == KERNEL_AVX512_256;
     const int group = avx2 ? GROUP : GROUP512;
     const int64_t groups = (M + group - 1) / group;
@@ -1411,8 +1411,9 @@ TARGET static int r16_matmul(int type, const uint8_t *w, const void **rows, cons
             r16_convert(row_type, 0, w + g * group_bytes, mine, R16, K);
             for (int r = 0; r < R16; r++) {
                 const int64_t n = g * R16 + r;
-                product_row(row_type, mine + r * row_bytes, rows, M, KERNEL_AVX2, K, (R16 - r) * row_bytes,
-                            bias ? bias + n : NULL, y + n, ldy);
+                /* left 0: the unpacked rows are in cache already, nothing to prefetch */
+                product_row(row_type, mine + r * row_bytes, rows, M, KERNEL_AVX2, K, 0, bias ? bias + n : NULL,
+                            y + n, ldy);
             }
         }
     }
