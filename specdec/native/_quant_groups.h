@@ -132,7 +132,6 @@ TARGET512 static inline __attribute__((always_inline)) void GNAME(group_q4_k_r16
     GROUP_ACCUMULATORS(R16_K_INPUTS)
     const VI low4 = V_SET1_8(0x0F);
     for (int64_t b = 0; b < blocks; b++, w += R16_Q4K_BYTES) {
-        r16_prefetch(w, R16_Q4K_BYTES, b, room);
         for (int h = 0; h < GH; h++) {
             VI S[R16_K_INPUTS];
             for (int i = 0; i < nx; i++) S[i] = V_ZERO();
@@ -142,6 +141,7 @@ TARGET512 static inline __attribute__((always_inline)) void GNAME(group_q4_k_r16
                 GROUP_UNROLL
                 for (int t = 0; t < 8; t++) {
                     const VI v = V_LOAD(w + R16_QS + 512 * p + 64 * t + AT4(h));
+                    r16_prefetch_step(w, R16_Q4K_BYTES, b, room, nx, (h * 4 + p) * 8 + t, GH * 32);
                     const VI lo = V_AND(v, low4), hi = V_AND(V_SRLI16(v, 4), low4);
                     for (int i = 0; i < nx; i++) {
                         int32_t a, c;
@@ -180,7 +180,6 @@ TARGET512 static inline __attribute__((always_inline)) void GNAME(group_q6_k_r16
     const VI even = V_BROADCAST128(_mm_setr_epi8(0, 1, 0, 1, 4, 5, 4, 5, 8, 9, 8, 9, 12, 13, 12, 13));
     const VI odd = V_BROADCAST128(_mm_setr_epi8(2, 3, 2, 3, 6, 7, 6, 7, 10, 11, 10, 11, 14, 15, 14, 15));
     for (int64_t b = 0; b < blocks; b++, w += R16_Q6K_BYTES) {
-        r16_prefetch(w, R16_Q6K_BYTES, b, room);
         for (int h = 0; h < GH; h++) {
             VI sc_even[8], sc_odd[8];
             for (int t = 0; t < 8; t++) { /* row r's scales 2t and 2t + 1 in int16 lanes 2r and 2r + 1 */
@@ -196,6 +195,7 @@ TARGET512 static inline __attribute__((always_inline)) void GNAME(group_q6_k_r16
                 for (int t = 0; t < 8; t++) {
                     const uint8_t *piece = w + R16_Q6K_QS + 384 * t;
                     const VI v = V_LOAD(piece + 64 * k + AT4(h));
+                    r16_prefetch_step(w, R16_Q6K_BYTES, b, room, nx, (h * 4 + k) * 8 + t, GH * 32);
                     const VI qh0 = V_LOAD(piece + 256 + AT4(h)), qh1 = V_LOAD(piece + 320 + AT4(h));
                     /* the top two bits of lanes k and k + 4 moved to bits 4-5 (16-bit shifts: what crosses a byte
                      * is masked off) */
@@ -255,13 +255,13 @@ TARGET512 static inline __attribute__((always_inline)) void GNAME(group_q5_0_r16
     GROUP_ACCUMULATORS(R16_INPUTS)
     const VI low4 = V_SET1_8(0x0F), fifth = V_SET1_8(0x10);
     for (int64_t b = 0; b < blocks; b++, w += R16_Q5_0_BYTES) {
-        r16_prefetch(w, R16_Q5_0_BYTES, b, room);
         for (int h = 0; h < GH; h++) {
             VF scale[R16_INPUTS];
             GNAME(q32_scales)(w, x, nx, b, h, scale);
             const VI bits = V_LOAD(w + R16_Q32_QS + 256 + AT4(h));
             for (int k = 0; k < 4; k++) {
                 const VI v = V_LOAD(w + R16_Q32_QS + 64 * k + AT4(h));
+                r16_prefetch_step(w, R16_Q5_0_BYTES, b, room, nx, h * 4 + k, GH * 4);
                 /* the fifth bits of lanes k and k + 4 moved to bit 4 (16-bit shifts: what crosses a byte is masked
                  * off) */
                 const VI h_lo = V_SLLI16(bits, 4 - k), h_hi = V_SRLI16(bits, k);
@@ -284,12 +284,12 @@ TARGET512 static inline __attribute__((always_inline)) void GNAME(group_q8_0_r16
                                                                                    float *out) {
     GROUP_ACCUMULATORS(R16_INPUTS)
     for (int64_t b = 0; b < blocks; b++, w += R16_Q8_0_BYTES) {
-        r16_prefetch(w, R16_Q8_0_BYTES, b, room);
         for (int h = 0; h < GH; h++) {
             VF scale[R16_INPUTS];
             GNAME(q32_scales)(w, x, nx, b, h, scale);
             for (int l = 0; l < 8; l++) {
                 const VI q = V_LOAD(w + R16_Q32_QS + 64 * l + AT4(h));
+                r16_prefetch_step(w, R16_Q8_0_BYTES, b, room, nx, h * 8 + l, GH * 8);
                 for (int i = 0; i < nx; i++) acc[i][h][l] = GNAME(q32_lane)(acc[i][h][l], scale[i], q, &x[i][b], l);
             }
         }
