@@ -86,10 +86,13 @@ def test_naming_a_kernel_or_turning_plans_off_skips_the_measurement(plans_on, mo
         read_gguf(path)
 
 
-def scores(times: dict[tuple[str, str], float]):
-    """A stand-in for the timing: every candidate at 10 ms unless named."""
+def scores(times: dict[tuple[str, str], float], at_rows: dict[int, dict[tuple[str, str], float]] | None = None):
+    """A stand-in for the timing: every candidate's score 10 ms unless named, split evenly over the row counts; or,
+    per row count, the times in at_rows (10 ms unless named)."""
     def fake(matrices, candidates, inputs):
-        return {c: times.get(c, 10.0) for c in candidates}
+        if at_rows is not None:
+            return {c: {m: at_rows[m].get(c, 10.0) for m in kernel_plan.ROWS} for c in candidates}
+        return {c: {m: times.get(c, 10.0) / len(kernel_plan.ROWS) for m in kernel_plan.ROWS} for c in candidates}
     return fake
 
 
@@ -112,6 +115,65 @@ def test_the_default_stays_unless_a_candidate_is_clearly_faster(plans_on, monkey
     monkeypatch.setattr(kernel_plan, "_time_class", scores({(other, "r16"): 8.0}))
     plan = kernel_plan.measure(plans_on / "x.gguf", matrices)
     assert plan.kernel == other and plan.layouts == {"Q4_K": "r16", HEAD: "r16"}
+
+
+def test_a_class_faster_in_other_layouts_at_one_row_and_at_four_keeps_both(plans_on, monkeypatch):
+    """Q6_K faster in rows at 1 row and in groups at 4 (each by more than MARGIN): the plan keeps both, rows for a
+    step and groups for a verify pass; a class whose winner is the same at both, and the head, keep one."""
+    matrices = {"Q4_K": [quant.random_quant_matrix("Q4_K", 32, 256)],
+                "Q6_K": [quant.random_quant_matrix("Q6_K", 32, 256)], HEAD: [quant.random_quant_matrix("Q6_K", 32,
+                                                                                                       256)]}
+    last = quant.kernels()[-1]
+    if last == "avx2":
+        pytest.skip("no grouped layout on this machine's kernels")
+    one, many = kernel_plan.ROWS[0], kernel_plan.ROWS[-1]
+    monkeypatch.setattr(kernel_plan, "_time_class", scores({}, {one: {(last, "rows"): 8.0}, many: {}}))
+    plan = kernel_plan.measure(plans_on / "x.gguf", matrices)
+    assert plan.kernel == last
+    assert plan.layouts == {"Q4_K": "rows", "Q6_K": "rows", HEAD: "rows"}  # the head: one copy, by its score
+    assert plan.verify_layouts == {"Q4_K": "r16", "Q6_K": "r16"}
+    assert plan.verify_layout("Q6_K", "Q6_K", 32) == "r16" and plan.verify_layout(HEAD, "Q6_K", 32) is None
+    assert plan.verify_layout("Q6_K", "Q6_K", 24) is None  # no whole groups of 16: the one copy
+    assert plan.as_record()["verify_layouts"] == {"Q4_K": "r16", "Q6_K": "r16"}
+    assert plan.label() == f"{last}+verify-Q4_K-r16+verify-Q6_K-r16"
+    monkeypatch.setattr(kernel_plan, "_time_class", scores({}, {one: {(last, "rows"): 9.9}, many: {}}))
+    assert kernel_plan.measure(plans_on / "x.gguf", matrices).verify_layouts == {}  # 1%: noise, one copy
+
+
+def test_a_model_with_verify_layouts_runs_them_on_passes_of_several_rows_with_the_same_bits(plans_on, monkeypatch):
+    """A plan naming Q6_K in rows for a step and in groups for a verify pass: the model keeps a second copy of the
+    Q6_K products, sessions run it (fused and Python forward) on passes of 2 rows or more, and every logit is the
+    bits of a model in one layout, at 1, 3 and 5 rows; the cache round-trips the verify layouts."""
+    import specdec.gguf.model as model_module
+
+    kernel = quant.kernels()[-1]
+    if kernel == "avx2":
+        pytest.skip("no grouped layout on this machine's kernels")
+    path = tiny_gguf(plans_on / "m.gguf", types=TYPES, hidden=256, ffn=512)
+    forced = KernelPlan(kernel, {"Q4_K": "r16", "Q6_K": "rows", HEAD: "rows"}, verify_layouts={"Q6_K": "r16"},
+                        source="measured")
+    monkeypatch.setattr(model_module, "plan_for", lambda path, classes: forced)
+    model = read_gguf(path)
+    assert model.layers[1].down.layout == "rows" and model.verify_layers[1].down.layout == "r16"
+    assert model.verify_layers[1].gate_up[0] is model.layers[1].gate_up[0]  # Q4_K: one copy
+    assert model.layers_for(1) is model.layers and model.layers_for(3) is model.verify_layers
+    monkeypatch.setattr(model_module, "plan_for", lambda path, classes: KernelPlan(kernel, {"Q4_K": "r16",
+                                                                                          "Q6_K": "rows",
+                                                                                          HEAD: "rows"}))
+    single = read_gguf(path)
+    assert single.verify_layers is None
+    with quant.use_kernel(kernel):
+        for fused in (True, False):
+            a, b = LeanLM(model, max_length=64, fused=fused), LeanLM(single, max_length=64, fused=fused)
+            for tokens in ([3, 4, 5, 6, 7], [8], [9, 10, 11], [12], [13, 14, 15, 16, 17]):
+                x, y = a.extend(tokens, len(tokens)), b.extend(tokens, len(tokens))
+                assert torch.equal(x.view(torch.int32), y.view(torch.int32))
+        session = LeanLM(model, max_length=64)
+        assert session._fused_verify is not session._fused
+    assert kernel_plan.cached_plan(path) is None  # the forced plan was never measured, so never cached
+    entries = {kernel_plan.machine_key(): {kernel_plan._file_key(path, None): forced.as_record()}}
+    kernel_plan._write_cache(entries)
+    assert kernel_plan.cached_plan(path).verify_layouts == {"Q6_K": "r16"}
 
 
 def test_the_label_names_each_class_off_the_layers_layout():

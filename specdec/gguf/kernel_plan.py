@@ -15,7 +15,10 @@ two medians.
 The kernel runs the whole process, because one native call runs a pass's layers. It is the one whose classes'
 best scores sum lowest. Each class then takes its best layout on that kernel. A candidate replaces the default (the
 last kernel of `quant.kernels()`, groups of 16 rows where the kernel has them) only when it scores at least MARGIN
-lower, so noise does not flip a plan.
+lower, so noise does not flip a plan. A layers' class whose best layout at 1 row and best at 4 rows differ, each by
+MARGIN, keeps both (`verify_layouts`): the model holds that class's matrices twice, and passes of 2 rows or more run
+the second copy (AMD EPYC Zen 4: Q6_K in the file's rows for a step, in groups for a verify pass). Both give the
+same bits.
 
 Plans are cached as JSON, written atomically, in $SPECDEC_CACHE or ~/.cache/specdec. The steps' kernel name and
 provenance record them. Files under MIN_BYTES of weights (the tests' tiny models) take the default without
@@ -51,13 +54,15 @@ HEAD = "head"
 @dataclass(frozen=True)
 class KernelPlan:
     """kernel: the product kernel the process runs; layouts: class -> "rows" or "r16" (a class not named takes
-    `quant.preferred_layout`'s); scores: class -> candidate ("kernel/layout") -> ms (the measurement, for provenance);
-    source: "default", "measured" or "cache"."""
+    `quant.preferred_layout`'s); verify_layouts: layers' class -> the layout of its second copy, for passes of 2 rows
+    or more (only the classes that have one); scores: class -> candidate ("kernel/layout") -> ms (the measurement,
+    for provenance); source: "default", "measured" or "cache"."""
 
     kernel: str
     layouts: dict[str, str] = field(default_factory=dict)
     scores: dict[str, dict[str, float]] = field(default_factory=dict)
     source: str = "default"
+    verify_layouts: dict[str, str] = field(default_factory=dict)
 
     def layout(self, cls: str, qtype: str, rows: int) -> str:
         """The layout of a matrix of class `cls` (its type, `rows` high)."""
@@ -66,6 +71,14 @@ class KernelPlan:
             return "rows"  # the type or height has no groups of 16
         return self.layouts.get(cls, default)
 
+    def verify_layout(self, cls: str, qtype: str, rows: int) -> str | None:
+        """The layout of the second copy that passes of 2 rows or more run, for a matrix of class `cls`; None where
+        the class has none (those passes run the one copy)."""
+        layout = self.verify_layouts.get(cls)
+        if layout == "r16" and quant.preferred_layout(qtype, rows) == "rows":
+            return None  # the type or height has no groups of 16
+        return layout
+
     def label(self) -> str:
         """What a step records: the kernel, "-r16" where the layers are in groups of 16 rows, and each class whose
         layout differs from the layers' ("avx512-vnni-r16+head-rows")."""
@@ -73,12 +86,16 @@ class KernelPlan:
             return quant.kernel_label()
         grouped = "r16" in [layout for cls, layout in self.layouts.items() if cls != HEAD]
         odd = sorted(cls for cls, layout in self.layouts.items() if (layout == "r16") != grouped)
-        return (f"{self.kernel}-r16" if grouped else self.kernel) + "".join(f"+{cls}-{self.layouts[cls]}"
-                                                                           for cls in odd)
+        return ((f"{self.kernel}-r16" if grouped else self.kernel)
+                + "".join(f"+{cls}-{self.layouts[cls]}" for cls in odd)
+                + "".join(f"+verify-{cls}-{layout}" for cls, layout in sorted(self.verify_layouts.items())))
 
     def as_record(self) -> dict:
-        return {"kernel": self.kernel, "layouts": dict(sorted(self.layouts.items())), "source": self.source,
-                "scores_ms": self.scores}
+        record = {"kernel": self.kernel, "layouts": dict(sorted(self.layouts.items())), "source": self.source,
+                  "scores_ms": self.scores}
+        if self.verify_layouts:
+            record["verify_layouts"] = dict(sorted(self.verify_layouts.items()))
+        return record
 
 
 def default_plan() -> KernelPlan:
@@ -153,7 +170,7 @@ def cached_plan(path, kernel: str | None = None, threads: int | None = None) -> 
     if not entry:
         return None
     return KernelPlan(kernel=entry["kernel"], layouts=entry["layouts"], scores=entry.get("scores_ms", {}),
-                      source="cache")
+                      source="cache", verify_layouts=entry.get("verify_layouts", {}))
 
 
 def _candidates(kernel: str | None) -> list[tuple[str, str]]:
@@ -161,8 +178,9 @@ def _candidates(kernel: str | None) -> list[tuple[str, str]]:
     return [(k, layout) for k in kernels for layout in quant.LAYOUTS if layout == "rows" or k != "avx2"]
 
 
-def _time_class(matrices: dict[str, list[QuantMatrix]], candidates, inputs) -> dict[tuple[str, str], float]:
-    """Median ms over REPEATS of every candidate's products over the class's matrices, per row count, summed.
+def _time_class(matrices: dict[str, list[QuantMatrix]], candidates,
+                inputs) -> dict[tuple[str, str], dict[int, float]]:
+    """Median ms over REPEATS of every candidate's products over the class's matrices, per row count of ROWS.
     inputs: (rows, width) -> activations."""
     times = {(c, m): [] for c in candidates for m in ROWS}
     cells = list(times)
@@ -173,14 +191,14 @@ def _time_class(matrices: dict[str, list[QuantMatrix]], candidates, inputs) -> d
                 for matrix in matrices[layout]:
                     matrix.matmul(inputs[m, matrix.in_features])
                 times[(kernel, layout), m].append(time.perf_counter() - start)
-    return {c: sum(statistics.median(times[c, m]) for m in ROWS) * 1e3 for c in candidates}
+    return {c: {m: statistics.median(times[c, m]) * 1e3 for m in ROWS} for c in candidates}
 
 
 def measure(path, classes: dict[str, list[QuantMatrix]], kernel: str | None = None) -> KernelPlan:
     """Time every candidate on each class (matrices in the file's rows; their groups of 16 made here) and choose."""
     candidates = _candidates(kernel)
     default_kernel = kernel or quant.kernels()[-1]
-    scores: dict[str, dict[tuple[str, str], float]] = {}
+    by_rows: dict[str, dict[tuple[str, str], dict[int, float]]] = {}
     for cls, rows in classes.items():
         layouts = {"rows": rows}
         if all(m.qtype in quant.R16_BLOCK_BYTES and m.out_features % quant.R16_ROWS == 0 for m in rows):
@@ -192,10 +210,13 @@ def measure(path, classes: dict[str, list[QuantMatrix]], kernel: str | None = No
                 matrix.matmul(inputs[1, matrix.in_features])
         print(f"specdec: timing {len(usable)} kernel/layout candidates on {path.name}'s {cls} matrices",
               file=sys.stderr, flush=True)
-        scores[cls] = _time_class(layouts, usable, inputs)
+        by_rows[cls] = _time_class(layouts, usable, inputs)
+    scores = {cls: {c: sum(ms.values()) for c, ms in s.items()} for cls, s in by_rows.items()}
 
-    def best_layout(cls: str, k: str) -> tuple[str, float]:
-        options = {layout: ms for (kk, layout), ms in scores[cls].items() if kk == k}
+    def best_layout(cls: str, k: str, rows: int | None = None) -> tuple[str, float]:
+        """The class's layout on kernel k by its score, or (rows given) by its time at that row count alone."""
+        options = {layout: (ms if rows is None else by_rows[cls][kk, layout][rows])
+                   for (kk, layout), ms in scores[cls].items() if kk == k}
         default = "r16" if "r16" in options and k != "avx2" else "rows"
         pick = min(options, key=options.get)
         if options[pick] > options[default] * (1 - MARGIN):
@@ -206,7 +227,14 @@ def measure(path, classes: dict[str, list[QuantMatrix]], kernel: str | None = No
     chosen = min(totals, key=totals.get)
     if totals[chosen] > totals[default_kernel] * (1 - MARGIN):
         chosen = default_kernel
-    return KernelPlan(kernel=chosen, layouts={cls: best_layout(cls, chosen)[0] for cls in scores},
+    layouts, verify_layouts = {}, {}
+    for cls in scores:
+        one, many = best_layout(cls, chosen, ROWS[0])[0], best_layout(cls, chosen, ROWS[-1])[0]
+        if cls != HEAD and one != many:  # the head keeps one copy: a second would cost its bytes again
+            layouts[cls], verify_layouts[cls] = one, many
+        else:
+            layouts[cls] = best_layout(cls, chosen)[0]
+    return KernelPlan(kernel=chosen, layouts=layouts, verify_layouts=verify_layouts,
                       scores={cls: {f"{k}/{layout}": round(ms, 3) for (k, layout), ms in s.items()}
                               for cls, s in scores.items()},
                       source="measured")

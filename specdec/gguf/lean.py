@@ -87,6 +87,7 @@ class LeanLM(KeepsFeatures):
             raise ValueError(f"layers must be an integer in 1..{c.layers} (the file's block_count), got {layers!r}")
         self.max_length = max_length
         self.layers = self.model.layers[:layers]
+        self._verify_layers = self.model.layers_for(2)[:layers]  # passes of 2 rows or more (GGUFModel.layers_for)
         self.vocab_size = c.vocab_size
         self.eos_token_ids = frozenset(eos_token_ids) if eos_token_ids is not None else c.eos_token_ids
         self.keys = torch.zeros(len(self.layers), c.kv_heads, max_length, c.head_dim)
@@ -94,8 +95,11 @@ class LeanLM(KeepsFeatures):
         # per layer, (1, kv_heads, max_length, head_dim) views: the attention's layout without a call per pass
         self._caches = [(keys.unsqueeze(0), values.unsqueeze(0)) for keys, values in zip(self.keys, self.values)]
         self._cos, self._sin = rotary_tables(c.head_dim, c.rope_theta, max_length)
-        self._fused = (fused_layers.FusedLayers(c, self.layers, self.keys, self.values, self._cos, self._sin)
-                       if fused and fused_layers.available() else None)
+        self._fused = self._fused_verify = None
+        if fused and fused_layers.available():
+            self._fused = fused_layers.FusedLayers(c, self.layers, self.keys, self.values, self._cos, self._sin)
+            self._fused_verify = self._fused if self.model.verify_layers is None else fused_layers.FusedLayers(
+                c, self._verify_layers, self.keys, self.values, self._cos, self._sin)
         self._length = 0
         self.last_hidden: torch.Tensor | None = None
         self.head_vocab: int | None = None  # limit_head_vocab
@@ -168,8 +172,9 @@ class LeanLM(KeepsFeatures):
         layer_outputs = []  # the outputs of the kept layers (keep_hidden_states' `layers`), copies
         if rows <= INVARIANT_ROWS and self._fused is not None:
             layer_seconds = torch.zeros(len(self.layers), dtype=torch.float64) if times is not None else None
+            fused = self._fused if rows == 1 else self._fused_verify
             for run in _runs_between(kept, len(self.layers)):  # one native call per run of layers
-                hidden = self._fused.forward(hidden, start, layer_seconds, run)
+                hidden = fused.forward(hidden, start, layer_seconds, run)
                 if run.stop - 1 in kept:
                     layer_outputs.append(hidden.clone())
             layer_times = layer_seconds.tolist() if times is not None else []
@@ -177,7 +182,8 @@ class LeanLM(KeepsFeatures):
             cos, sin = self._cos[start:end], self._sin[start:end]
             attend = _invariant_attention if rows <= INVARIANT_ROWS and attention.available() else _sdpa_attention
             layer_times = []
-            for i, (weights, (keys, values)) in enumerate(zip(self.layers, self._caches)):
+            layers = self.layers if rows == 1 else self._verify_layers
+            for i, (weights, (keys, values)) in enumerate(zip(layers, self._caches)):
                 hidden = _layer(weights, self.config, hidden, keys, values, start, end, cos, sin, attend)
                 if i in kept:
                     layer_outputs.append(hidden.clone())

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import itertools
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -83,6 +83,13 @@ class GGUFModel:
     output: QuantMatrix  # the LM head (the embedding itself where the file ties them: no output.weight)
     path: str = ""
     plan: KernelPlan | None = None  # the kernel and layouts it loaded with (specdec/gguf/kernel_plan.py)
+    # the layers that passes of 2 rows or more run, where the plan lays a class out otherwise for them (its product
+    # calls in that layout, the rest shared with `layers`); None: every pass runs `layers`
+    verify_layers: list[LayerWeights] | None = None
+
+    def layers_for(self, rows: int) -> list[LayerWeights]:
+        """The layers a pass of `rows` rows runs: the same bits whichever copy (every layout gives them)."""
+        return self.layers if rows == 1 or self.verify_layers is None else self.verify_layers
 
     @property
     def tied(self) -> bool:
@@ -310,11 +317,23 @@ def read_gguf(path: str | os.PathLike) -> GGUFModel:
     tensors = {name: _Tensor(t.qtype, t.shape, blob[t.offset:t.end]) for name, t in table.items()}
     plan = plan_for(path, lambda: _plan_classes(tensors, config.layers, tied))
     embedding = _matrices(tensors, ["token_embd.weight"], multiplied=tied, plan=plan, role=HEAD)[0][0]
+    layers = [_layer(tensors, i, plan) for i in range(config.layers)]
     return GGUFModel(
-        config=config, embedding=embedding, layers=[_layer(tensors, i, plan) for i in range(config.layers)],
-        output_norm=_vector(tensors["output_norm.weight"]),
+        config=config, embedding=embedding, layers=layers, output_norm=_vector(tensors["output_norm.weight"]),
         output=embedding if tied else _matrices(tensors, ["output.weight"], plan=plan, role=HEAD)[0][0],
-        path=str(path), plan=plan)
+        path=str(path), plan=plan,
+        verify_layers=[_verify_layer(w, plan) for w in layers] if plan is not None and plan.verify_layouts else None)
+
+
+def _verify_layer(w: LayerWeights, plan: KernelPlan) -> LayerWeights:
+    """The layer a pass of 2 rows or more runs: each product call of a class that the plan's verify_layouts name in
+    that layout (a copy), the rest (and the per-tensor views, which only count bytes) shared with `w`."""
+    def second(matrix: QuantMatrix) -> QuantMatrix:
+        layout = plan.verify_layout(matrix.qtype, matrix.qtype, matrix.out_features)
+        return matrix if layout is None or layout == matrix.layout else matrix.in_layout(layout)
+
+    return replace(w, o=second(w.o), down=second(w.down), qkv=tuple((second(m), bias) for m, bias in w.qkv),
+                   gate_up=tuple(second(m) for m in w.gate_up))
 
 
 def _plan_classes(tensors: dict, layers: int, tied: bool) -> dict[str, list[QuantMatrix]]:
