@@ -23,6 +23,7 @@ from .lm import LanguageModelSession, as_session
 from .sampling import (
     SamplingConfig,
     _speculative_step_unchecked,
+    argmax,
     greedy_step,
     sample_from,
     warp_logits,
@@ -114,7 +115,7 @@ def _check_length(max_new_tokens: int) -> None:
 
 def _choose(logits: torch.Tensor, sampling: SamplingConfig, generator: torch.Generator) -> int:
     if sampling.greedy:
-        return int(torch.argmax(logits))
+        return int(argmax(logits))
     return sample_from(warp_logits(logits, sampling), generator)
 
 
@@ -245,7 +246,7 @@ def generate_speculative(
         if not drafted:
             n_accepted, next_token = 0, _choose(logits[0], sampling, generator)
         elif sampling.greedy:
-            n_accepted, next_token = greedy_step(logits.argmax(dim=-1), torch.tensor(drafted))
+            n_accepted, next_token = greedy_step(argmax(logits), torch.tensor(drafted))
         else:
             p = warp_logits(logits, sampling)
             n_accepted, next_token = rule(p, proposal.q, torch.tensor(drafted), generator)

@@ -10,12 +10,22 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 # Rows of a probability tensor must sum to 1 within this (float32 softmax over 150k entries drifts ~1e-5).
 ROW_SUM_TOLERANCE = 1e-3
 # A residual whose mass is below this is numerically zero: p and q agree to rounding.
 DEGENERATE_RESIDUAL_MASS = 1e-9
+
+
+def argmax(logits: torch.Tensor) -> torch.Tensor:
+    """torch.argmax over the last dimension (the first of equal maxima, as torch's), by numpy for CPU float32 logits:
+    torch's took 0.13 ms over a 152k vocabulary against numpy's 0.01 (AMD EPYC Zen 4), on every one-token step of
+    ~30 ms and every draft token."""
+    if logits.device.type == "cpu" and logits.dtype == torch.float32 and logits.dim() > 0:
+        return torch.from_numpy(np.asarray(logits.detach().numpy().argmax(axis=-1)))
+    return logits.argmax(dim=-1)
 
 
 @dataclass(frozen=True)

@@ -159,3 +159,16 @@ def test_greedy_step_accepts_matching_prefix_then_emits_target_argmax():
     assert greedy_step(target_argmax, torch.tensor([1, 6, 7])) == (0, 5)
     with pytest.raises(ValueError, match="shape mismatch"):
         greedy_step(target_argmax, torch.tensor([5, 6]))
+
+
+def test_argmax_is_torchs_first_maximum_for_every_layout_and_dtype():
+    """sampling.argmax (numpy's for CPU float32) gives torch.argmax's index: ties to the first maximum, 1-d and 2-d,
+    strided rows, and the dtypes that fall back to torch."""
+    from specdec.sampling import argmax
+
+    g = torch.Generator().manual_seed(0)
+    x = torch.randint(0, 5, (7, 151), generator=g).float()  # many ties
+    for logits in (x, x[3], x.t().contiguous().t(), x[:, ::2], x.to(torch.bfloat16), x.double()):
+        got, want = argmax(logits), logits.argmax(dim=-1)
+        assert torch.equal(got, want), (logits.dtype, tuple(logits.stride()))
+    assert int(argmax(torch.tensor([1.0, 3.0, 3.0, 2.0]))) == 1  # the first of equal maxima

@@ -27,7 +27,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..sampling import SamplingConfig, sample_from, warp_logits
+from ..sampling import SamplingConfig, argmax, sample_from, warp_logits
 from .base import Proposal
 
 WEIGHTS_FILE, CONFIG_FILE = "feature_head.safetensors", "feature_head.json"
@@ -391,7 +391,7 @@ class FeatureHeadDraft:
             start = time.perf_counter()
             predicted, logits = self._step(features, tokens, first, self._cache)
             if sampling.greedy:
-                token = int(self._vocab[torch.argmax(logits)])
+                token = int(self._vocab[argmax(logits)])
             else:
                 token, probs = self.draw(self.scatter(logits), sampling, generator)
                 q_rows.append(probs)

@@ -9,7 +9,7 @@ from typing import Sequence
 import torch
 
 from ..lm import LanguageModelSession, as_session
-from ..sampling import SamplingConfig, sample_from, warp_logits
+from ..sampling import SamplingConfig, argmax, sample_from, warp_logits
 from .base import Proposal
 
 
@@ -60,7 +60,7 @@ class ModelDraft:
             else:
                 proposal.draft_seconds += elapsed
             if sampling.greedy:
-                token = int(torch.argmax(logits))
+                token = int(argmax(logits))
             else:
                 probs = warp_logits(logits, sampling)
                 token = sample_from(probs, generator)
