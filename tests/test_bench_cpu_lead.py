@@ -163,3 +163,36 @@ def test_the_step_bench_refuses_no_timed_rounds(lean_step, capsys):
     with pytest.raises(SystemExit):
         lean_step["main"](["--repeats", "0"])
     assert "--repeats must be at least 1" in capsys.readouterr().err
+
+
+@pytest.fixture(scope="module")
+def draft_cost():
+    return runpy.run_path(str(BENCH / "draft_cost.py"))
+
+
+def test_the_draft_cost_is_the_median_of_each_rounds_ratio(draft_cost):
+    """c pairs the draft's and the target's steps round by round: a round where both took twice as long is the same
+    ratio; the median is over the ratios, not a ratio of medians."""
+    rounds = [{"target": 0.030, "draft": 0.012}, {"target": 0.060, "draft": 0.024}, {"target": 0.030, "draft": 0.015}]
+    table = draft_cost["cost_table"](rounds)
+    assert list(table["draft"]) == ["draft"] and table["rounds"].item() == 3
+    assert table["c"].item() == pytest.approx(0.4) and table["c_p90"].item() == pytest.approx(0.48)
+    with pytest.raises(ValueError, match="no timed rounds"):
+        draft_cost["cost_table"]([])
+
+
+@needs_product
+def test_the_draft_cost_bench_times_every_session_in_one_process(draft_cost, files, tmp_path, capsys):
+    out = tmp_path / "c.csv"
+    draft_cost["main"](["--target", str(files["target"]), "--draft", str(files["draft"]), "--head-vocab", "64",
+                        "--rounds", "2", "--steps", "2", "--context", "8", "--threads", "1", "--out", str(out)])
+    table = pd.read_csv(out)
+    assert list(table["draft"]) == ["draft", "draft-v64"] and (table["rounds"] == 2).all()
+    assert ((table["c"] > 0) & (table["c_p10"] <= table["c"]) & (table["c"] <= table["c_p90"])).all()
+    assert "kernel plan" in capsys.readouterr().out
+
+
+def test_the_draft_cost_bench_refuses_no_rounds(draft_cost, capsys):
+    with pytest.raises(SystemExit):
+        draft_cost["main"](["--rounds", "0"])
+    assert "--rounds and --steps must be at least 1" in capsys.readouterr().err

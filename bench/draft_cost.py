@@ -1,0 +1,100 @@
+"""A model draft's c: its one-token step over the target's, both lean GGUF sessions in one process, their steps
+interleaved round by round (so a shared host's drift hits both), after a cached context.
+
+    python bench/draft_cost.py [--target resources/gguf/qwen2.5-coder-1.5b-instruct.gguf]
+                               [--draft resources/gguf/qwen2.5-coder-0.5b-instruct.gguf] [--head-vocab 65536]
+                               [--rounds 40] [--steps 5] [--out draft_cost.csv]
+
+Each round times `--steps` one-token steps of every session in turn (rotating which goes first) and takes their
+median; c is the draft's median over the target's in the same round, reported as the median over rounds with the
+10th-90th percentile of the rounds' ratios. --head-vocab adds the draft with its head limited to the first N ids.
+Each session loads with this machine's kernel plan (specdec/gguf/kernel_plan.py), printed first. Run it alone."""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import torch
+
+from specdec.gguf.lean import LeanLM
+
+
+def step_seconds(session: LeanLM, context: int, tokens: list[int]) -> float:
+    """The median of one-token steps over `tokens`, each after the context (cropped back to it)."""
+    times = []
+    for token in tokens:
+        start = time.perf_counter()
+        session.extend([token], 1)
+        times.append(time.perf_counter() - start)
+        session.crop(context)
+    return statistics.median(times)
+
+
+def cost_table(rounds: list[dict[str, float]], target: str = "target") -> pd.DataFrame:
+    """Per draft session: its median step, the target's, and c = the median of the rounds' ratios with the 10th and
+    90th percentiles of them."""
+    if not rounds:
+        raise ValueError("no timed rounds: nothing to report")
+    rows = []
+    for name in rounds[0]:
+        if name == target:
+            continue
+        ratios = np.array([r[name] / r[target] for r in rounds])
+        rows.append({"draft": name, "draft_ms": 1e3 * statistics.median(r[name] for r in rounds),
+                     "target_ms": 1e3 * statistics.median(r[target] for r in rounds),
+                     "c": float(np.median(ratios)), "c_p10": float(np.percentile(ratios, 10)),
+                     "c_p90": float(np.percentile(ratios, 90)), "rounds": len(rounds)})
+    return pd.DataFrame(rows)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--target", default="resources/gguf/qwen2.5-coder-1.5b-instruct.gguf")
+    parser.add_argument("--draft", default="resources/gguf/qwen2.5-coder-0.5b-instruct.gguf")
+    parser.add_argument("--head-vocab", type=int, default=None)
+    parser.add_argument("--context", type=int, default=256)
+    parser.add_argument("--rounds", type=int, default=40)
+    parser.add_argument("--steps", type=int, default=5)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--out", type=Path, default=None, help="a CSV of the table (printed either way)")
+    args = parser.parse_args(argv)
+    if args.rounds < 1 or args.steps < 1:
+        parser.error(f"--rounds and --steps must be at least 1, got {args.rounds} and {args.steps}")
+    torch.set_num_threads(args.threads)
+    sessions = {"target": LeanLM(args.target), "draft": LeanLM(args.draft)}
+    if sessions["target"].vocab_size != sessions["draft"].vocab_size:
+        parser.error(f"the draft's vocabulary ({sessions['draft'].vocab_size}) differs from the target's "
+                     f"({sessions['target'].vocab_size})")
+    if args.head_vocab:
+        limited = sessions[f"draft-v{args.head_vocab}"] = LeanLM(sessions["draft"].model)
+        limited.limit_head_vocab(args.head_vocab)
+    for name, session in sessions.items():
+        plan = session.model.plan
+        print(f"{name}: {Path(session.model.path).name}, kernel plan {plan.label() if plan else 'none'}", flush=True)
+    generator = torch.Generator().manual_seed(0)
+    vocab = min(args.head_vocab or sessions["target"].vocab_size, sessions["target"].vocab_size)
+    context = torch.randint(0, vocab, (args.context,), generator=generator).tolist()
+    for session in sessions.values():
+        session.extend(context, 1)
+    names = list(sessions)
+    rounds = []
+    for index in range(args.rounds + 1):  # the first round warms up
+        tokens = torch.randint(0, vocab, (args.steps,), generator=generator).tolist()
+        order = names[index % len(names):] + names[:index % len(names)]
+        timed = {name: step_seconds(sessions[name], args.context, tokens) for name in order}
+        if index:
+            rounds.append(timed)
+    table = cost_table(rounds)
+    print(table.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        table.to_csv(args.out, index=False)
+
+
+if __name__ == "__main__":
+    main()
