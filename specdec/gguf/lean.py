@@ -7,7 +7,9 @@ q|k|v products (one call per run of one weight type), rotary as two multiplies, 
 together, two writes into a static KV cache, one attention call, the output product, the MLP's gate|up as one
 product, one native silu(gate) * up, down, and the two residual adds. A decoding step or a verify pass runs that
 same sequence for every layer in one native call (specdec/gguf/fused_layers.py: the same kernels, the same bits); a
-prompt pass runs it here, layer by layer.
+prompt pass runs it here, layer by layer. A one-token step runs the model's `layers`; a pass of 2 rows or more runs
+its `verify_layers` where the kernel plan keeps a second copy of a class in the layout faster at several rows
+(`GGUFModel.layers_for`): the same bits either way.
 
 Batch invariance: every product runs on `QuantMatrix.matmul` (order-fixed per output, whatever the row count and
 thread count, where the native kernel runs), passes of up to `attention.INVARIANT_ROWS` rows on the native
