@@ -67,16 +67,14 @@ class KernelPlan:
     def layout(self, cls: str, qtype: str, rows: int) -> str:
         """The layout of a matrix of class `cls` (its type, `rows` high)."""
         default = quant.preferred_layout(qtype, rows)
-        if default == "rows" and self.layouts.get(cls) == "r16":
-            return "rows"  # the type or height has no groups of 16
-        return self.layouts.get(cls, default)
+        return _fitted(self.layouts.get(cls, default), default)
 
     def verify_layout(self, cls: str, qtype: str, rows: int) -> str | None:
         """The layout of the second copy that passes of 2 rows or more run, for a matrix of class `cls`; None where
-        the class has none (those passes run the one copy)."""
+        the class has none, or the type or height cannot take it (those passes run the one copy)."""
         layout = self.verify_layouts.get(cls)
-        if layout == "r16" and quant.preferred_layout(qtype, rows) == "rows":
-            return None  # the type or height has no groups of 16
+        if layout is None or _fitted(layout, quant.preferred_layout(qtype, rows)) != layout:
+            return None
         return layout
 
     def label(self) -> str:
@@ -96,6 +94,12 @@ class KernelPlan:
         if self.verify_layouts:
             record["verify_layouts"] = dict(sorted(self.verify_layouts.items()))
         return record
+
+
+def _fitted(layout: str, default: str) -> str:
+    """`layout`, or the file's rows where it is groups of 16 and the matrix's default layout is rows: its type or
+    height has no groups of 16."""
+    return "rows" if layout == "r16" and default == "rows" else layout
 
 
 def default_plan() -> KernelPlan:
