@@ -8,7 +8,9 @@ Each prompt (a YAML list of {category, prompt}) runs `python -m specdec generate
 in a process of its own as a user's would (plain decoding first, then speculative, in that process): the speedup over
 plain decoding, greedy identity, acceptance, tokens per target pass and the prompt's length. Drafts: KIND:K with KIND
 `model` (the draft file), `model-vN` (the draft file, its head limited to the first N ids), `lookup` (prompt lookup),
-`hybrid` (lookup, else the draft file). Prints each run and the medians per draft; --out writes one row per run
+`hybrid` (lookup, else the draft file), or a YAML file of the draft's kind and fields (`--draft-spec`; the draft
+file goes with it where the kind drafts with a named model), e.g. experiments/cpu-lead/long-lookup-hybrid.yaml:6.
+Prints each run and the medians per draft; --out writes one row per run
 (CSV, atomically). Run it alone on the machine."""
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import sys
 import pandas as pd
 import yaml
 
+from specdec.drafts import get_kind
 from specdec.study.io import write_csv
 from specdec.study.stats import bootstrap_median_interval
 
@@ -38,8 +41,14 @@ def draft_arguments(draft: str, draft_file: str) -> list[str]:
         args = ["--draft-kind", "prompt_lookup"]
     elif kind == "hybrid":
         args = ["--draft-kind", "hybrid", "--draft", draft_file]
+    elif kind.endswith((".yaml", ".yml")):
+        with open(kind) as f:
+            spec = yaml.safe_load(f)
+        if not isinstance(spec, dict) or "kind" not in spec:
+            raise ValueError(f"draft {draft!r}: {kind} is not a YAML mapping with a `kind`")
+        args = ["--draft-spec", kind] + (["--draft", draft_file] if get_kind(spec["kind"]).model == "named" else [])
     else:
-        raise ValueError(f"draft {draft!r}: KIND is one of model, model-vN, lookup, hybrid")
+        raise ValueError(f"draft {draft!r}: KIND is one of model, model-vN, lookup, hybrid or a spec.yaml")
     return [*args, "--k", k]
 
 

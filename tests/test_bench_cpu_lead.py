@@ -61,7 +61,7 @@ def test_llama_bench_is_asked_for_one_prompt_pass(prompt_pass):
     assert "--repack" not in prompt_pass["llama_bench_command"](Path("bin"), "t.gguf", 512, 2, repack=True)
 
 
-def test_the_heldout_drafts_are_the_command_lines_options(heldout):
+def test_the_heldout_drafts_are_the_command_lines_options(heldout, tmp_path):
     args = heldout["draft_arguments"]
     assert args("model:2", "d.gguf") == ["--draft", "d.gguf", "--k", "2"]
     assert args("model-v4096:3", "d.gguf") == ["--draft", "d.gguf", "--draft-option", "vocab=4096", "--k", "3"]
@@ -70,6 +70,14 @@ def test_the_heldout_drafts_are_the_command_lines_options(heldout):
     for bad in ("model", "model:0", "tree:2", "model-vx:2"):
         with pytest.raises(ValueError, match=f"draft '{bad}'"):
             args(bad, "d.gguf")
+    spec = tmp_path / "hybrid.yaml"
+    spec.write_text("{kind: hybrid, model_k: 2, ngram_min: 3}\n")
+    assert args(f"{spec}:6", "d.gguf") == ["--draft-spec", str(spec), "--draft", "d.gguf", "--k", "6"]
+    spec.write_text("{kind: prompt_lookup, ngram_min: 3}\n")  # no model of its own: no draft file
+    assert args(f"{spec}:6", "d.gguf") == ["--draft-spec", str(spec), "--k", "6"]
+    spec.write_text("[1, 2]\n")
+    with pytest.raises(ValueError, match="not a YAML mapping"):
+        args(f"{spec}:6", "d.gguf")
 
 
 @needs_product

@@ -339,6 +339,10 @@ def test_help_lists_every_registered_kind_without_importing_torch(capsys):
     (["--draft-layers", "1", "--draft-dtype", "bfloat16"], {"kind": "early_exit", "layers": 1, "dtype": "bfloat16"}),
     (["--draft-kind", "hybrid", "--draft", "DRAFT", "--draft-option", "min_confidence=-1"],
      {"kind": "hybrid", "model": "DRAFT", "min_confidence": -1}),
+    (["--draft-kind", "hybrid", "--draft", "DRAFT", "--draft-option", "model_k=0"],
+     {"kind": "hybrid", "model": "DRAFT", "model_k": 0}),
+    (["--draft-kind", "hybrid", "--draft", "DRAFT", "--draft-option", "defer_prefill=later"],
+     {"kind": "hybrid", "model": "DRAFT", "defer_prefill": "later"}),
 ])
 def test_bad_kinds_and_fields_are_refused_with_the_registry_s_own_error(dirs, capsys, options, spec):
     options = [dirs["draft"] if option == "DRAFT" else option for option in options]

@@ -28,6 +28,7 @@ from specdec.lm import PrefixMemoLM
 from specdec.sampling import SamplingConfig, speculative_step, warp_logits
 from specdec.study.report.analysis import judge_distribution_checks
 from specdec.study.verify.distribution import (
+    HybridLaw,
     MemoisedHeadDraft,
     EXACT,
     SAMPLERS,
@@ -312,6 +313,8 @@ DRAFT_SPECS = {
     "adaptive": {"kind": "model", "model": "d", "min_confidence": 0.4},
     "hybrid": {"kind": "hybrid", "model": "d", "ngram_max": 2},
     "hybrid-adaptive": {"kind": "hybrid", "model": "d", "ngram_max": 2, "min_confidence": 0.4},
+    # lookup's blocks to k, the model's to one token, its prompt pass eager
+    "hybrid-model-k": {"kind": "hybrid", "model": "d", "ngram_max": 2, "model_k": 1, "defer_prefill": False},
     "lookup": {"kind": "prompt_lookup"},
     # a feature head (its q depends on where its block began: laws and samples by block state, MemoisedHeadDraft)
     # drafting 11 of the 16 tokens, alone and behind prompt lookup
@@ -409,6 +412,28 @@ def test_the_hybrid_law_and_the_hybrid_draft_follow_the_engines_policy(monkeypat
     mutated = _law_pair("hybrid")
     assert total_variation(mutated.laws(4).by_sampler[name], model.laws(4).by_sampler[name]) < 1e-12
     assert first_block(mutated).q.max(dim=-1).values.max() < 1.0  # the model's warped distributions
+
+
+def test_the_hybrid_law_caps_the_models_blocks_as_the_hybrid_draft_does():
+    """With model_k 1, a block the model drafts stops after one token in the law as in HybridDraft, while lookup's
+    blocks run to k; the cap changes the law (a wrong sampler's), so the law does not ignore it."""
+    pair, uncapped = _law_pair("hybrid-model-k"), _law_pair("hybrid")
+    name = STUDY_WRONG_SAMPLERS[0].name
+    assert total_variation(pair.laws(4).by_sampler[name], uncapped.laws(4).by_sampler[name]) > 1e-3
+    proposer = pair._proposer(pair.target, pair.draft)
+    law = HybridLaw(proposer, LAW_SAMPLING)
+    prompt = tuple(int(t) for t in pair.prompt)
+    proposer.prefill(list(prompt))
+    generator = torch.Generator().manual_seed(0)
+    repeat = next(prompt[:n] for n in range(2, len(prompt)) if len(proposer.lookup.lookup(prompt[:n], 4)) > 1)
+    lookup_block = proposer.propose(list(repeat), 4, LAW_SAMPLING, generator)
+    assert len(lookup_block.tokens) > 1 and law.next(repeat, tuple(lookup_block.tokens[:1]), 4) is not None
+    context = prompt + (min(set(range(LAW_VOCAB)) - set(prompt)),)  # a token new to the context: the model drafts
+    assert not proposer.lookup.lookup(list(context), 4)
+    model_block = proposer.propose(list(context), 4, LAW_SAMPLING, generator)
+    assert len(model_block.tokens) == 1 and model_block.q.max() < 1.0
+    first = law.next(context, (), 4)
+    assert first is not None and law.next(context, (model_block.tokens[0],), 4) is None
 
 
 MC_SAMPLES = 4_000

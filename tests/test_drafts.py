@@ -61,6 +61,10 @@ def _proposers(target, eos_ids):
         "early exit 2": EarlyExitDraft(target, 2, eos_token_ids=eos_ids),
         "adaptive model 0.8": ModelDraft(perturbed_copy(target, noise=0.05), eos_token_ids=eos_ids,
                                          min_confidence=0.8),
+        # lookup's blocks (2-gram matches or longer) to k, the model's to 1 token, its prompt pass with the target's
+        "hybrid model_k 1": HybridDraft(PromptLookupDraft(VOCAB, ngram_max=3, ngram_min=2, eos_token_ids=eos_ids),
+                                        ModelDraft(perturbed_copy(target, noise=0.05), eos_token_ids=eos_ids,
+                                                   min_confidence=0.5), model_k=1, defer_prefill=False),
     }
 
 
@@ -135,6 +139,26 @@ def test_hybrid_defers_the_model_prompt_pass_until_lookup_finds_nothing(target):
     assert hybrid.model.session.length == len(context) + 2  # the last drafted token is not fed
     assert late.tokens == eager.propose(context, 3, GREEDY, generator).tokens  # the same argmaxes as eagerly
     assert eager.session.length == len(context) + 2
+
+
+def test_hybrid_model_k_caps_the_models_blocks_and_not_lookups(target):
+    draft_model = perturbed_copy(target, noise=0.05)
+    prompt = [7, 3, 9, 7, 3, 11, 12, 13, 14]
+    generator = torch.Generator().manual_seed(0)
+    for model_k, defer in ((None, True), (2, False)):
+        hybrid = HybridDraft(PromptLookupDraft(VOCAB, ngram_max=2), ModelDraft(draft_model), model_k=model_k,
+                             defer_prefill=defer)
+        hybrid.prefill(prompt)
+        assert hybrid.model.session.length == (0 if defer else len(prompt))  # eager: the prompt pass ran here
+        matched = hybrid.propose(prompt + [9, 7, 3], 5, GREEDY, generator)  # "7 3" repeats: lookup drafts
+        assert matched.tokens == [11, 12, 13, 14, 9]  # to the loop's k, whatever model_k
+        hybrid.rollback(len(prompt) + 2)
+        context = prompt + [9, 7, 3, 40]  # "40" occurs nowhere earlier: the model drafts
+        assert len(hybrid.propose(context, 5, GREEDY, generator).tokens) == (model_k or 5)
+        assert hybrid.model_budget(1) == 1
+    for bad in (0, -1, 2.0, True):
+        with pytest.raises(ValueError, match="model_k"):
+            HybridDraft(PromptLookupDraft(VOCAB), ModelDraft(draft_model), model_k=bad)
 
 
 # --- prompt lookup --------------------------------------------------------------------------------------------------

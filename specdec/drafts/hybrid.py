@@ -29,15 +29,32 @@ class HybridDraft:
     Exact: which proposer drafts a block is decided from the context alone (never from the target's logits or the
     accept/reject coins), and the block carries the q of the proposer that made it (lookup's point masses or the
     model's warped distributions), which is what the rule needs. The model draft does not see lookup's blocks as
-    they are drafted; its next proposal catches up on them in one call (recorded as catch-up), and its first one on
-    the prompt too (the model's prompt pass is deferred until a block needs it)."""
+    they are drafted; its next proposal catches up on them in one call (recorded as catch-up).
 
-    def __init__(self, lookup: PromptLookupDraft, model: ModelDraft | FeatureHeadDraft):
+    model_k: the model's blocks stop at this many tokens, while lookup's run to the loop's k. A long match is cheap
+    to draft and usually kept, a model token costs a draft step: so lookup may draft 6 where the model drafts 3.
+    None: the loop's k for both. defer_prefill: the model's prompt pass waits for the first block lookup cannot
+    draft (on text that repeats itself throughout it is never paid); False runs it with the target's, in the
+    prompt phase."""
+
+    def __init__(self, lookup: PromptLookupDraft, model: ModelDraft | FeatureHeadDraft, *,
+                 model_k: int | None = None, defer_prefill: bool = True):
         if lookup.vocab_size != model.vocab_size:
             raise ValueError(f"lookup proposes over {lookup.vocab_size} tokens, the model draft over "
                              f"{model.vocab_size}: both must use the target's vocabulary")
+        if model_k is not None and (isinstance(model_k, bool) or not isinstance(model_k, int) or model_k < 1):
+            raise ValueError(f"model_k must be a positive integer or None, got {model_k!r}")
         self.lookup, self.model = lookup, model
+        self.model_k, self.defer_prefill = model_k, bool(defer_prefill)
         self.vocab_size = model.vocab_size
+
+    def with_parts(self, lookup: PromptLookupDraft, model) -> HybridDraft:
+        """The same policy over other proposers (the distribution check's memoised or restricted ones)."""
+        return HybridDraft(lookup, model, model_k=self.model_k, defer_prefill=self.defer_prefill)
+
+    def model_budget(self, budget: int) -> int:
+        """The most tokens the model drafts in a block the loop allows `budget` tokens."""
+        return budget if self.model_k is None else min(budget, self.model_k)
 
     def attach_target(self, session) -> None:
         """Hands the loop's target session on to a model draft that reads it (a feature head)."""
@@ -46,9 +63,8 @@ class HybridDraft:
             attach(session)
 
     def prefill(self, prompt: Sequence[int]) -> float:
-        # The model's prompt pass waits for the first block lookup cannot draft: on text that repeats itself
-        # throughout (code) it is never paid. The catch-up computes the same q, so exactness is untouched.
-        return self.lookup.prefill(prompt) + self.model.prefill(prompt, lazy=True)
+        # Deferred, the catch-up computes the same q, so exactness is untouched.
+        return self.lookup.prefill(prompt) + self.model.prefill(prompt, lazy=self.defer_prefill)
 
     def propose(
         self, context: Sequence[int], k: int, sampling: SamplingConfig, generator: torch.Generator
@@ -56,7 +72,7 @@ class HybridDraft:
         found = self.lookup.propose(context, k, sampling, generator)
         if lookup_drafts_block(found.tokens):
             return found
-        proposal = self.model.propose(context, k, sampling, generator)
+        proposal = self.model.propose(context, self.model_budget(k), sampling, generator)
         proposal.draft_seconds += found.draft_seconds
         return proposal
 

@@ -20,6 +20,13 @@ HEAD_VOCAB = {"type": "integer", "minimum": 2,
                              "rows of the LM head, q is zero on the other ids; exact whatever the value"}
 MODEL_FIELDS = {"model": MODEL, "dtype": DTYPE, "min_confidence": MIN_CONFIDENCE, "vocab": HEAD_VOCAB}
 LOOKUP_FIELDS = {"ngram_max": NGRAM, "ngram_min": NGRAM}
+HYBRID_FIELDS = {
+    "model_k": {"type": "integer", "minimum": 1,
+                "description": "the model's blocks stop at this many tokens; lookup's run to the loop's k "
+                               "(default: k for both)"},
+    "defer_prefill": {"type": "boolean",
+                      "description": "the model's prompt pass waits for the first block lookup cannot draft "
+                                     "(default true); false runs it in the prompt phase"}}
 
 
 def _model_draft(spec: Mapping, resources: DraftResources):
@@ -53,7 +60,8 @@ def _early_exit(spec: Mapping, resources: DraftResources):
 def _hybrid(spec: Mapping, resources: DraftResources):
     from .hybrid import HybridDraft
 
-    return HybridDraft(_lookup(spec, resources), _model_draft(spec, resources))
+    return HybridDraft(_lookup(spec, resources), _model_draft(spec, resources), model_k=spec.get("model_k"),
+                       defer_prefill=spec.get("defer_prefill", True))
 
 
 def _feature_head(spec: Mapping, resources: DraftResources):
@@ -134,6 +142,6 @@ register(DraftKind(
     "prompt_lookup", _lookup, LOOKUP_FIELDS,
     description="no model: what followed the latest earlier occurrence of the context's last n tokens"))
 register(DraftKind(
-    "hybrid", _hybrid, {**MODEL_FIELDS, **LOOKUP_FIELDS}, required=("model",), model="named",
+    "hybrid", _hybrid, {**MODEL_FIELDS, **LOOKUP_FIELDS, **HYBRID_FIELDS}, required=("model",), model="named",
     cost=lambda name, spec: DraftCost(model=spec["model"], dtype=spec.get("dtype"), measured=True),
     description="prompt lookup where it finds a match, the `model` draft where it does not"))

@@ -192,11 +192,12 @@ class HybridLaw:
 
     def __init__(self, proposer: HybridDraft, sampling: SamplingConfig):
         self.lookup, self.model = draft_law(proposer.lookup, sampling), draft_law(proposer.model, sampling)
+        self.model_budget = proposer.model_budget
 
     def next(self, context, drafted, budget):
         if hybrid_draft.lookup_drafts_block(self.lookup.proposal(context, budget)):
             return self.lookup.next(context, drafted, budget)
-        return self.model.next(context, drafted, budget)
+        return self.model.next(context, drafted, self.model_budget(budget))
 
 
 class MemoisedHeadDraft:
@@ -275,8 +276,8 @@ def memoised_heads(proposer, prompt_length: int, depth: int):
     if isinstance(proposer, FeatureHeadDraft):
         return MemoisedHeadDraft(proposer, prompt_length=prompt_length, depth=depth)
     if isinstance(proposer, HybridDraft) and isinstance(proposer.model, FeatureHeadDraft):
-        return HybridDraft(proposer.lookup, MemoisedHeadDraft(proposer.model, prompt_length=prompt_length,
-                                                              depth=depth))
+        return proposer.with_parts(proposer.lookup, MemoisedHeadDraft(proposer.model, prompt_length=prompt_length,
+                                                                      depth=depth))
     return proposer
 
 
@@ -286,8 +287,8 @@ def restricted_heads(proposer, kept: Sequence[int]):
         return proposer.restricted(kept)
     if isinstance(proposer, HybridDraft) and isinstance(proposer.model, MemoisedHeadDraft):
         head, lookup = proposer.model.restricted(kept), proposer.lookup  # lookup: stateless, its q as wide as kept
-        return HybridDraft(PromptLookupDraft(len(kept), lookup.ngram_max, lookup.ngram_min,
-                                             eos_token_ids=sorted(head.eos_token_ids)), head)
+        return proposer.with_parts(PromptLookupDraft(len(kept), lookup.ngram_max, lookup.ngram_min,
+                                                     eos_token_ids=sorted(head.eos_token_ids)), head)
     return proposer
 
 
