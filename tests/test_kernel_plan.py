@@ -212,3 +212,23 @@ def test_provenance_finds_the_plan_of_the_runs_thread_count_from_a_job_of_anothe
         assert record["label"] == plan.label() and record["layouts"] == plan.layouts
     finally:
         torch.set_num_threads(before)
+
+
+def test_a_jobs_plans_are_recorded_in_its_load_order_the_drafts_on_the_targets_kernel(plans_on):
+    """A side-by-side job loads the target first (free to choose the kernel) and its drafts after, their layouts
+    measured on the target's kernel: the record must name those plans, not a plan the draft file took when it loaded
+    alone in another process (cached under 'kernel any')."""
+    from specdec.study.provenance import kernel_plan_records
+
+    target, draft = tiny_gguf(plans_on / "t.gguf", types=TYPES), tiny_gguf(plans_on / "d.gguf", types=TYPES, seed=1)
+    kernel = quant.kernels()[0]
+    plan = {"kernel": kernel, "source": "measured", "scores_ms": {}}
+    entries = {kernel_plan.machine_key(2): {
+        kernel_plan._file_key(target, None): {**plan, "layouts": {"Q4_K": "rows"}},
+        kernel_plan._file_key(draft, None): {**plan, "kernel": quant.kernels()[-1], "layouts": {"Q4_K": "alone"}},
+        kernel_plan._file_key(draft, kernel): {**plan, "layouts": {"Q4_K": "in-the-job"}}}}
+    kernel_plan._write_cache(entries)
+    records = kernel_plan_records({"t": target, "d": draft}, "t", threads=2)
+    assert records["t"]["layouts"] == {"Q4_K": "rows"} and records["t"]["kernel"] == kernel
+    assert records["d"]["layouts"] == {"Q4_K": "in-the-job"}
+    assert kernel_plan_records({"d": draft}, "t", threads=2)["d"]["layouts"] == {"Q4_K": "alone"}  # no target: free

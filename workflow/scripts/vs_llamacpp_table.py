@@ -18,7 +18,7 @@ from specdec.study.io import read_parquets, write_csv, write_text
 from specdec.study.peers.llamacpp import read_build_manifest
 from specdec.study.logs import log_to
 from specdec.study.machine import machine_record, package_versions
-from specdec.study.provenance import kernel_plan_record
+from specdec.study.provenance import kernel_plan_records
 from specdec.study.peers.vs_llamacpp import format_ratios, summarize
 from specdec.study.prepare.wheels import sha256_file
 
@@ -43,6 +43,7 @@ def main(snakemake):
         log.info("ratios to llama.cpp plain, per turn (median [95%% bootstrap interval]):\n%s", format_ratios(table))
         write_csv(table, snakemake.output.table)
         threads = int(p.runtime["threads"])
+        plans = kernel_plan_records(dict(p.gguf_files), p.target, threads)  # as the job loaded them
         record = {
             "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
             "machine": machine_record(threads),
@@ -51,7 +52,7 @@ def main(snakemake):
             "llama_cpp_build": read_build_manifest(snakemake.input.build),
             "settings": dict(p.settings),
             "target": p.target,
-            "gguf": {name: {"path": path, "sha256": sha256_file(path), "kernel_plan": kernel_plan_record(path, threads)}
+            "gguf": {name: {"path": path, "sha256": sha256_file(path), "kernel_plan": plans[name]}
                      for name, path in p.gguf_files.items()},
             "packages": package_versions(("specdec", "torch", "gguf", "pandas", "numpy", "snakemake")),
             "n_runs": len(runs),
