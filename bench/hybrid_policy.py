@@ -1,15 +1,25 @@
 """Which hybrid-draft policy pays on which domain: an offline simulation at temperature 0.
 
 At temperature 0 a block's outcome is fixed by the target's greedy tokens and the draft's argmax along them, so the
-tokens per target pass of any policy (lookup's shortest n-gram `ngram_min`, the model's `min_confidence` stop, k)
-follow from one study run and one teacher-forced forward of the draft per prompt, with no decoding. Block costs:
-T(m)/T(1) of the target from `verify_cost.csv`, the target's step from `step_timings.csv` (the study's committed
-tables, same machine), the bf16 draft's forward over 1-64 rows timed here (its step, and the catch-up over the tokens
-lookup drafted). The draft's confidence after its first mismatch is read along the target's tokens (an
-approximation: the real draft has then gone its own way). A guide to what to measure, not a measurement: the
-decoding-phase speedups it prints run 5-20% above the study's. Run it alone on the machine.
+tokens per target pass of any policy (lookup's n-gram lengths `ngram_min`..`ngram_max`, the model's `min_confidence`
+stop and `model_k` cap, k) follow from one run and one teacher-forced forward of the draft per prompt, with no
+decoding. The draft's confidence after its first mismatch is read along the target's tokens (an approximation: the
+real draft has then gone its own way). A guide to what to measure, not a measurement. Run it alone on the machine.
+
+fp32 (the study's bf16 draft): the target's tokens from a study run, T(m)/T(1) from `verify_cost.csv` and the step
+from `step_timings.csv` (committed tables, same machine), the draft's forward over 1-64 new tokens timed here; its
+decoding-phase speedups ran 5-20% above the study's.
 
     python bench/hybrid_policy.py --domains code dialogue
+
+gguf (the lean engine): the target's tokens from a side by side's runs (our plain runs, first repeat), the draft
+file with its head limited to `--vocab` ids, and both engines' passes timed here (the target over 1-9 positions, the
+draft over 1-32 new tokens after a 128-token context, interleaved, medians); the model's prompt pass as its
+`defer_prefill` says. On the cpu-lead eighth run (AMD EPYC Zen 4) it gave the 64k draft at k 2 1.49x on code and
+1.10-1.20x elsewhere against the side by side's measured 1.44x and 1.18-1.25x.
+
+    python bench/hybrid_policy.py --regime gguf --runs results/experiments/cpu-lead/<machine> \\
+        --domains code factual dialogue prose
 """
 
 import argparse
@@ -23,17 +33,16 @@ import torch
 
 from specdec.drafts.hybrid import lookup_drafts_block
 from specdec.drafts.lookup import PromptLookupDraft
-from specdec.fp32.kernels import use_row_adaptive_bf16_linear
-from specdec.lm import CachedLM
-from specdec.fp32.loading import load_model
 
 CATCHUP_ROWS = (1, 2, 9, 16, 32, 64)
+GGUF_CATCHUP_ROWS = (1, 2, 4, 9, 16, 32)
+GGUF_VERIFY_ROWS = tuple(range(1, 10))
 
 
-def draft_seconds_by_rows(model, repeats: int = 3) -> dict[int, float]:
-    """Median seconds of the draft's forward over m new tokens after a 128-token context."""
-    session, seconds = CachedLM(model), {}
-    for m in CATCHUP_ROWS:
+def draft_seconds_by_rows(session, rows=CATCHUP_ROWS, repeats: int = 3) -> dict[int, float]:
+    """Median seconds of a session's forward over m new tokens after a 128-token context."""
+    seconds = {}
+    for m in rows:
         times = []
         for _ in range(repeats + 1):
             session.reset()
@@ -45,10 +54,14 @@ def draft_seconds_by_rows(model, repeats: int = 3) -> dict[int, float]:
     return seconds
 
 
-def simulate(prompt, generated, draft_argmax, draft_confidence, lookup, min_confidence, k, cost) -> float:
-    """Seconds of the decoding phase (after the prompt pass) under one policy; cost(kind, n) prices the parts."""
-    i, seconds, model_seen = 1, 0.0, 0  # token 0 comes from the prompt pass; the model's prefill is deferred
+def simulate(prompt, generated, draft_argmax, draft_confidence, lookup, min_confidence, k, cost, *,
+             model_k=None, defer_prefill=True) -> float:
+    """Seconds of the decoding phase (after the prompt pass) under one policy; cost(kind, n) prices the parts:
+    ("draft", new tokens) a draft forward, ("verify", positions) a target pass. draft_argmax[j] / draft_confidence[j]:
+    the draft's choice for generated[j] and its probability, teacher-forced."""
+    i, seconds = 1, 0.0  # token 0 comes from the prompt pass
     n = len(prompt)
+    model_seen = 0 if defer_prefill else n  # an eager prompt pass belongs to the prompt phase
     while i < len(generated):
         budget = min(k, len(generated) - i)
         proposal = lookup.lookup(prompt + generated[:i], budget)
@@ -56,13 +69,14 @@ def simulate(prompt, generated, draft_argmax, draft_confidence, lookup, min_conf
             accepted = next((a for a, token in enumerate(proposal) if token != generated[i + a]), len(proposal))
             drafted = len(proposal)
         else:
+            model_budget = budget if model_k is None else min(budget, model_k)  # HybridDraft.model_budget
             seconds += cost("draft", n + i - model_seen)  # the first call feeds everything the model has not seen
             accepted, drafted, matching = 0, 1, True
             while True:
                 j = i + drafted - 1
                 matching = matching and draft_argmax[j] == generated[j]
                 accepted += matching
-                if drafted >= budget or (min_confidence is not None and draft_confidence[j] < min_confidence):
+                if drafted >= model_budget or (min_confidence is not None and draft_confidence[j] < min_confidence):
                     break
                 drafted += 1
                 seconds += cost("draft", 1)
@@ -73,50 +87,131 @@ def simulate(prompt, generated, draft_argmax, draft_confidence, lookup, min_conf
     return seconds
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--domains", nargs="+", default=["code", "dialogue"])
-    parser.add_argument("--results", default="results/study")
-    parser.add_argument("--draft", default="resources/models/qwen2.5-coder-0.5b-instruct")
-    parser.add_argument("--target", default="qwen2.5-coder-1.5b-instruct")
-    parser.add_argument("--run", default="runs/greedy/coder-0.5b-hybrid/{domain}/k4/seed0/sequences.parquet")
-    parser.add_argument("--threads", type=int, default=2)
-    args = parser.parse_args()
-    torch.set_num_threads(args.threads)
+def teacher_forced(logits: torch.Tensor) -> tuple[list[int], list[float]]:
+    confidence, argmax = torch.softmax(logits.float(), dim=-1).max(dim=-1)
+    return argmax.tolist(), confidence.tolist()
+
+
+def fp32_setup(args):
+    from specdec.fp32.kernels import use_row_adaptive_bf16_linear
+    from specdec.fp32.loading import load_model
+    from specdec.lm import CachedLM
+
     verify = pd.read_csv(f"{args.results}/tables/verify_cost.csv").query("model == @args.target")
     verify_ratio = verify.set_index("m")["estimate"]
     t1 = pd.read_csv(f"{args.results}/tables/step_timings.csv")["target_step_seconds"].median()
     model, _ = load_model(args.draft, dtype="bfloat16")
     use_row_adaptive_bf16_linear(model, default="avx2-bf16")
-    rows = draft_seconds_by_rows(model)
-    print(f"target step {t1 * 1e3:.0f} ms; draft forward by new tokens: "
-          + ", ".join(f"{m}: {s * 1e3:.0f} ms" for m, s in rows.items()))
+    rows = draft_seconds_by_rows(CachedLM(model))
+
+    def forward(ids):
+        with torch.no_grad():
+            return model(input_ids=torch.tensor([ids])).logits[0]
+
+    def runs(domain):
+        prompts = pd.read_parquet(f"{args.results}/prompts/{domain}.parquet").set_index("prompt_id")
+        frame = pd.read_parquet(f"{args.results}/{args.run.format(domain=domain)}").query("method == 'baseline'")
+        return [(prompts.loc[r.prompt_id, "input_ids"], r.tokens, r.prompt_id) for r in frame.itertuples()]
+
+    return t1, (lambda m: t1 * float(verify_ratio.loc[m])), rows, forward, runs
+
+
+def gguf_setup(args):
+    from specdec.gguf.lean import LeanLM
+
+    target = LeanLM(args.target_file, max_length=1024)
+    draft = LeanLM(args.draft_file, max_length=1024)
+    if args.vocab:
+        draft.limit_head_vocab(args.vocab)
+    times = {m: [] for m in GGUF_VERIFY_ROWS}
+    for repeat in range(args.repeats):  # interleaved: every m in each round
+        for m in GGUF_VERIFY_ROWS[repeat % len(GGUF_VERIFY_ROWS):] + GGUF_VERIFY_ROWS[:repeat % len(GGUF_VERIFY_ROWS)]:
+            target.reset()
+            target.extend(list(range(1000, 1128)), 1)
+            start = time.perf_counter()
+            target.extend(list(range(2000, 2000 + m)), m)
+            times[m].append(time.perf_counter() - start)
+    verify = {m: statistics.median(t) for m, t in times.items()}
+    rows = draft_seconds_by_rows(draft, GGUF_CATCHUP_ROWS, args.repeats)
+
+    def forward(ids):
+        draft.reset()
+        return draft.extend(list(ids), len(ids))[:, :args.vocab or None]
+
+    def runs(domain):
+        prompts = pd.read_parquet(f"{args.runs}/prompts/{domain}.parquet").set_index("prompt_id")
+        frame = pd.read_parquet(f"{args.runs}/vs_llamacpp/runs/{domain}.parquet")
+        frame = frame.query("engine == 'specdec' and draft == 'plain'").sort_values("repeat").drop_duplicates("prompt_id")
+        return [(prompts.loc[r.prompt_id, "input_ids"], r.tokens, r.prompt_id) for r in frame.itertuples()]
+
+    return verify[1], verify.__getitem__, rows, forward, runs
+
+
+def policies(regime: str):
+    """(ngram_min, ngram_max, min_confidence, k, model_k, defer_prefill) to simulate."""
+    if regime == "fp32":  # the study's grid
+        return [(n, 3, c, k, None, True) for n, c, k in itertools.product((1, 2, 3), (None, 0.3, 0.6), (2, 4, 8))]
+    return [(n, x, c, k, mk, False)
+            for n, x, c, k, mk in itertools.product((1, 3, 4), (3, 8), (None, 0.5), (2, 4, 6), (2, 3, None))
+            if n <= x and (mk is None or mk < k)]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--regime", choices=("fp32", "gguf"), default="fp32")
+    parser.add_argument("--domains", nargs="+", default=["code", "dialogue"])
+    parser.add_argument("--threads", type=int, default=2)
+    fp32 = parser.add_argument_group("fp32")
+    fp32.add_argument("--results", default="results/study")
+    fp32.add_argument("--draft", default="resources/models/qwen2.5-coder-0.5b-instruct")
+    fp32.add_argument("--target", default="qwen2.5-coder-1.5b-instruct")
+    fp32.add_argument("--run", default="runs/greedy/coder-0.5b-hybrid/{domain}/k4/seed0/sequences.parquet")
+    gguf = parser.add_argument_group("gguf")
+    gguf.add_argument("--runs", help="a side by side's results directory (prompts/, vs_llamacpp/runs/)")
+    gguf.add_argument("--target-file", default="resources/gguf/qwen2.5-coder-1.5b-instruct.gguf")
+    gguf.add_argument("--draft-file", default="resources/gguf/qwen2.5-coder-0.5b-instruct.gguf")
+    gguf.add_argument("--vocab", type=int, default=65536, help="the draft's head vocabulary (0: all of it)")
+    gguf.add_argument("--repeats", type=int, default=5)
+    gguf.add_argument("--top", type=int, default=15, help="policies printed, by the geometric mean over domains")
+    args = parser.parse_args()
+    if args.regime == "gguf" and not args.runs:
+        parser.error("--regime gguf needs --runs (a side by side's results directory)")
+    torch.set_num_threads(args.threads)
+    t1, verify_seconds, rows, forward, runs = (fp32_setup if args.regime == "fp32" else gguf_setup)(args)
+    print(f"target step {t1 * 1e3:.1f} ms; draft forward by new tokens: "
+          + ", ".join(f"{m}: {s * 1e3:.1f} ms" for m, s in rows.items()))
 
     def cost(kind: str, n: int) -> float:
         if kind == "verify":
-            return t1 * float(verify_ratio.loc[n])
+            return verify_seconds(n)
         return float(np.interp(n, list(rows), list(rows.values())))
 
     records = []
     for domain in args.domains:
-        prompts = pd.read_parquet(f"{args.results}/prompts/{domain}.parquet").set_index("prompt_id")
-        runs = pd.read_parquet(f"{args.results}/{args.run.format(domain=domain)}").query("method == 'baseline'")
-        for run in runs.itertuples():
-            prompt, generated = [int(t) for t in prompts.loc[run.prompt_id, "input_ids"]], [int(t) for t in run.tokens]
-            with torch.no_grad():
-                logits = model(input_ids=torch.tensor([prompt + generated])).logits[0, len(prompt) - 1:-1].float()
-            confidence, argmax = torch.softmax(logits, dim=-1).max(dim=-1)
+        for prompt, tokens, prompt_id in runs(domain):
+            prompt, generated = [int(t) for t in prompt], [int(t) for t in tokens]
+            logits = forward(prompt + generated)[len(prompt) - 1:-1]
+            argmax, confidence = teacher_forced(logits)
             baseline = (len(generated) - 1) * t1
-            for ngram_min, min_confidence, k in itertools.product((1, 2, 3), (None, 0.3, 0.6), (2, 4, 8)):
-                lookup = PromptLookupDraft(logits.shape[-1], 3, ngram_min)
-                seconds = simulate(prompt, generated, argmax.tolist(), confidence.tolist(), lookup, min_confidence,
-                                   k, cost)
-                records.append({"domain": domain, "prompt_id": run.prompt_id, "ngram_min": ngram_min,
-                                "min_confidence": min_confidence or 0.0, "k": k,
-                                "decode_speedup": baseline / seconds})
-    table = pd.DataFrame(records).groupby(["domain", "ngram_min", "min_confidence", "k"])["decode_speedup"].median()
-    print("median decoding-phase speedup over prompts (the study's policy: ngram_min 1, min_confidence 0):")
-    print(table.unstack("k").round(2).to_string())
+            for ngram_min, ngram_max, min_confidence, k, model_k, defer in policies(args.regime):
+                lookup = PromptLookupDraft(logits.shape[-1], ngram_max, ngram_min)
+                seconds = simulate(prompt, generated, argmax, confidence, lookup, min_confidence, k, cost,
+                                   model_k=model_k, defer_prefill=defer)
+                records.append({"domain": domain, "prompt_id": prompt_id, "ngram_min": ngram_min,
+                                "ngram_max": ngram_max, "min_confidence": min_confidence or 0.0, "k": k,
+                                "model_k": model_k or k, "decode_speedup": baseline / seconds})
+    frame = pd.DataFrame(records)
+    if args.regime == "fp32":
+        table = frame.groupby(["domain", "ngram_min", "min_confidence", "k"])["decode_speedup"].median()
+        print("median decoding-phase speedup over prompts (the study's policy: ngram_min 1, min_confidence 0):")
+        print(table.unstack("k").round(2).to_string())
+        return
+    keys = ["ngram_min", "ngram_max", "min_confidence", "k", "model_k"]
+    table = frame.groupby(["domain", *keys])["decode_speedup"].median().unstack("domain")
+    table["geomean"] = np.exp(np.log(table[args.domains]).mean(axis=1))
+    print("median decoding-phase speedup over prompts, best policies first (ngram_min 1, ngram_max 3, "
+          "min_confidence 0, model_k = k: the study's hybrid):")
+    print(table.sort_values("geomean", ascending=False).head(args.top).round(2).to_string())
 
 
 if __name__ == "__main__":
