@@ -115,8 +115,8 @@ def _expand(token: str) -> list[str]:
 
 
 def _clean(token: str) -> str:
-    token = token.rstrip(".:")
-    return token
+    """The path in a token: trailing punctuation and a ':N' suffix (a line number, a draft spec's k) dropped."""
+    return re.sub(r":\d+$", "", token.rstrip(".:"))
 
 
 def path_tokens(page: Path, root: Path = REPO) -> list[tuple[str, str]]:
@@ -276,7 +276,7 @@ def test_a_good_page_has_no_problem(tree):
         "`results/study/tables/study.csv`, `results/study/tables/*.csv`, `results/machines/{machine}/gguf/`,",
         "`results/machines/amd-epyc-…/gguf/`, `results/experiments/<name>/<machine id>/tables/study.csv`,",
         "`resources/models/x/` and `results/study/runs/x.parquet` (outputs), `specdec.gguf.lean.LeanLM`, "
-        "`specdec.gguf.lean`, `specdec/gguf/lean.py`.",
+        "`specdec.gguf.lean`, `specdec/gguf/lean.py`, `specdec/gguf/lean.py:3` (a line, or a draft spec's k).",
         "```", "[not a link](nowhere.md)", "```", "# Good"]))
     assert link_problems(page, tree) == [] and path_problems(page, tree) == [] and module_problems(page, tree) == []
 
@@ -288,6 +288,7 @@ def test_a_good_page_has_no_problem(tree):
     ("[x](../../outside.md)", "link"),
     ("`specdec/lean.py` is the lean engine", "path"),
     ("config: `config/long-code.yaml`", "path"),
+    ("`--drafts config/nope.yaml:6`", "path"),
     ("results/gguf-zen5/tables/vs_llamacpp.csv, bare", "path"),
     ("`results/study/tables/{a,nope}.csv`", "path"),
     ("`results/machines/intel-…/gguf/`", "path"),
