@@ -22,6 +22,7 @@ import pandas as pd
 import torch
 
 from specdec.gguf.lean import LeanLM
+from specdec.study.io import write_csv
 
 
 def step_seconds(session: LeanLM, context: int, tokens: list[int]) -> float:
@@ -92,8 +93,7 @@ def main(argv: list[str] | None = None) -> None:
     table = cost_table(rounds)
     print(table.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
     if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        table.to_csv(args.out, index=False)
+        write_csv(table, args.out)
 
 
 if __name__ == "__main__":

@@ -9,7 +9,7 @@ in a process of its own as a user's would (plain decoding first, then speculativ
 plain decoding, greedy identity, acceptance, tokens per target pass and the prompt's length. Drafts: KIND:K with KIND
 `model` (the draft file), `model-vN` (the draft file, its head limited to the first N ids), `lookup` (prompt lookup),
 `hybrid` (lookup, else the draft file), or a YAML file of the draft's kind and fields (`--draft-spec`; the draft
-file goes with it where the kind drafts with a named model), e.g. experiments/cpu-lead/long-lookup-hybrid.yaml:6.
+file goes with it where the kind loads a model), e.g. experiments/cpu-lead/long-lookup-hybrid.yaml:6.
 Prints each run and the medians per draft; --out writes one row per run
 (CSV, atomically). Run it alone on the machine."""
 
@@ -46,7 +46,8 @@ def draft_arguments(draft: str, draft_file: str) -> list[str]:
             spec = yaml.safe_load(f)
         if not isinstance(spec, dict) or "kind" not in spec:
             raise ValueError(f"draft {draft!r}: {kind} is not a YAML mapping with a `kind`")
-        args = ["--draft-spec", kind] + (["--draft", draft_file] if get_kind(spec["kind"]).model == "named" else [])
+        # the command line's own rule: a kind that loads a model takes it as --draft
+        args = ["--draft-spec", kind] + (["--draft", draft_file] if get_kind(spec["kind"]).model is not None else [])
     else:
         raise ValueError(f"draft {draft!r}: KIND is one of model, model-vN, lookup, hybrid or a spec.yaml")
     return [*args, "--k", k]

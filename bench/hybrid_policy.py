@@ -15,8 +15,9 @@ decoding-phase speedups ran 5-20% above the study's.
 gguf (the lean engine): the target's tokens from a side by side's runs (our plain runs, first repeat), the draft
 file with its head limited to `--vocab` ids, and both engines' passes timed here (the target over 1-9 positions, the
 draft over 1-32 new tokens after a 128-token context, interleaved, medians); the model's prompt pass as its
-`defer_prefill` says. On the cpu-lead eighth run (AMD EPYC Zen 4) it gave the 64k draft at k 2 1.49x on code and
-1.10-1.20x elsewhere against the side by side's measured 1.44x and 1.18-1.25x.
+`defer_prefill` says. On the cpu-lead ninth run's outputs (AMD EPYC Zen 4) it put that run's long-lookup hybrid
+first, at 1.83x our plain on code and 1.11-1.17x elsewhere, against the side by side's measured 1.88x and
+1.19-1.24x.
 
     python bench/hybrid_policy.py --regime gguf --runs results/experiments/cpu-lead/<machine> \\
         --domains code factual dialogue prose
@@ -31,7 +32,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from specdec.drafts.hybrid import lookup_drafts_block
+from specdec.drafts.hybrid import lookup_drafts_block, model_block_budget
 from specdec.drafts.lookup import PromptLookupDraft
 
 CATCHUP_ROWS = (1, 2, 9, 16, 32, 64)
@@ -39,19 +40,20 @@ GGUF_CATCHUP_ROWS = (1, 2, 4, 9, 16, 32)
 GGUF_VERIFY_ROWS = tuple(range(1, 10))
 
 
-def draft_seconds_by_rows(session, rows=CATCHUP_ROWS, repeats: int = 3) -> dict[int, float]:
-    """Median seconds of a session's forward over m new tokens after a 128-token context."""
-    seconds = {}
-    for m in rows:
-        times = []
-        for _ in range(repeats + 1):
+def pass_seconds(session, rows, repeats: int = 3, all_logits: bool = False) -> dict[int, float]:
+    """Median seconds of a session's forward over m new tokens after a 128-token context, for each m of `rows`, the
+    m interleaved round by round (the first round a warm-up); all_logits: the logits of every new token (a verify
+    pass), else of the last (a draft's catch-up)."""
+    times = {m: [] for m in rows}
+    for repeat in range(repeats + 1):
+        for m in rows[repeat % len(rows):] + rows[:repeat % len(rows)]:
             session.reset()
             session.extend(list(range(1000, 1128)), 1)
             start = time.perf_counter()
-            session.extend(list(range(2000, 2000 + m)), 1)
-            times.append(time.perf_counter() - start)
-        seconds[m] = statistics.median(times[1:])
-    return seconds
+            session.extend(list(range(2000, 2000 + m)), m if all_logits else 1)
+            if repeat:
+                times[m].append(time.perf_counter() - start)
+    return {m: statistics.median(times[m]) for m in rows}
 
 
 def simulate(prompt, generated, draft_argmax, draft_confidence, lookup, min_confidence, k, cost, *,
@@ -69,7 +71,7 @@ def simulate(prompt, generated, draft_argmax, draft_confidence, lookup, min_conf
             accepted = next((a for a, token in enumerate(proposal) if token != generated[i + a]), len(proposal))
             drafted = len(proposal)
         else:
-            model_budget = budget if model_k is None else min(budget, model_k)  # HybridDraft.model_budget
+            model_budget = model_block_budget(budget, model_k)  # as HybridDraft decides
             seconds += cost("draft", n + i - model_seen)  # the first call feeds everything the model has not seen
             accepted, drafted, matching = 0, 1, True
             while True:
@@ -102,7 +104,7 @@ def fp32_setup(args):
     t1 = pd.read_csv(f"{args.results}/tables/step_timings.csv")["target_step_seconds"].median()
     model, _ = load_model(args.draft, dtype="bfloat16")
     use_row_adaptive_bf16_linear(model, default="avx2-bf16")
-    rows = draft_seconds_by_rows(CachedLM(model))
+    rows = pass_seconds(CachedLM(model), CATCHUP_ROWS)
 
     def forward(ids):
         with torch.no_grad():
@@ -123,16 +125,8 @@ def gguf_setup(args):
     draft = LeanLM(args.draft_file, max_length=1024)
     if args.vocab:
         draft.limit_head_vocab(args.vocab)
-    times = {m: [] for m in GGUF_VERIFY_ROWS}
-    for repeat in range(args.repeats):  # interleaved: every m in each round
-        for m in GGUF_VERIFY_ROWS[repeat % len(GGUF_VERIFY_ROWS):] + GGUF_VERIFY_ROWS[:repeat % len(GGUF_VERIFY_ROWS)]:
-            target.reset()
-            target.extend(list(range(1000, 1128)), 1)
-            start = time.perf_counter()
-            target.extend(list(range(2000, 2000 + m)), m)
-            times[m].append(time.perf_counter() - start)
-    verify = {m: statistics.median(t) for m, t in times.items()}
-    rows = draft_seconds_by_rows(draft, GGUF_CATCHUP_ROWS, args.repeats)
+    verify = pass_seconds(target, GGUF_VERIFY_ROWS, args.repeats, all_logits=True)
+    rows = pass_seconds(draft, GGUF_CATCHUP_ROWS, args.repeats)
 
     def forward(ids):
         draft.reset()

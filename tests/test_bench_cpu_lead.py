@@ -73,6 +73,8 @@ def test_the_heldout_drafts_are_the_command_lines_options(heldout, tmp_path):
     spec = tmp_path / "hybrid.yaml"
     spec.write_text("{kind: hybrid, model_k: 2, ngram_min: 3}\n")
     assert args(f"{spec}:6", "d.gguf") == ["--draft-spec", str(spec), "--draft", "d.gguf", "--k", "6"]
+    spec.write_text("{kind: truncated, layers: 12}\n")  # a model of its own kind, from the draft file
+    assert args(f"{spec}:2", "d.gguf") == ["--draft-spec", str(spec), "--draft", "d.gguf", "--k", "2"]
     spec.write_text("{kind: prompt_lookup, ngram_min: 3}\n")  # no model of its own: no draft file
     assert args(f"{spec}:6", "d.gguf") == ["--draft-spec", str(spec), "--k", "6"]
     spec.write_text("[1, 2]\n")

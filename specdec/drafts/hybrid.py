@@ -23,6 +23,13 @@ def lookup_drafts_block(lookup_tokens: Sequence[int]) -> bool:
     return len(lookup_tokens) > 0
 
 
+def model_block_budget(budget: int, model_k: int | None) -> int:
+    """The most tokens the model drafts in a block the loop allows `budget` tokens (lookup's may use them all): the
+    rule HybridDraft, the distribution check's law (through HybridDraft.model_budget) and bench/hybrid_policy.py
+    follow."""
+    return budget if model_k is None else min(budget, model_k)
+
+
 class HybridDraft:
     """Each block comes from prompt lookup when it finds a match, else from the model draft.
 
@@ -54,7 +61,7 @@ class HybridDraft:
 
     def model_budget(self, budget: int) -> int:
         """The most tokens the model drafts in a block the loop allows `budget` tokens."""
-        return budget if self.model_k is None else min(budget, self.model_k)
+        return model_block_budget(budget, self.model_k)
 
     def attach_target(self, session) -> None:
         """Hands the loop's target session on to a model draft that reads it (a feature head)."""

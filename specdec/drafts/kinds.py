@@ -60,8 +60,8 @@ def _early_exit(spec: Mapping, resources: DraftResources):
 def _hybrid(spec: Mapping, resources: DraftResources):
     from .hybrid import HybridDraft
 
-    return HybridDraft(_lookup(spec, resources), _model_draft(spec, resources), model_k=spec.get("model_k"),
-                       defer_prefill=spec.get("defer_prefill", True))
+    return HybridDraft(_lookup(spec, resources), _model_draft(spec, resources),
+                       **{field: spec[field] for field in HYBRID_FIELDS if field in spec})
 
 
 def _feature_head(spec: Mapping, resources: DraftResources):
