@@ -2,17 +2,21 @@
 interleaved round by round (so a shared host's drift hits both), after a cached context.
 
     python bench/draft_cost.py [--target resources/gguf/qwen2.5-coder-1.5b-instruct.gguf]
-                               [--draft resources/gguf/qwen2.5-coder-0.5b-instruct.gguf] [--head-vocab 65536]
-                               [--rounds 40] [--steps 5] [--out draft_cost.csv]
+                               [--draft resources/gguf/qwen2.5-coder-0.5b-instruct.gguf [OTHER.gguf ...]]
+                               [--head-vocab 65536 [32768 ...]] [--head-type q5_0] [--rounds 40] [--steps 5]
+                               [--out draft_cost.csv]
 
 Each round times `--steps` one-token steps of every session in turn (rotating which goes first) and takes their
 median; c is the draft's median over the target's in the same round, reported as the median over rounds with the
-10th-90th percentile of the rounds' ratios. --head-vocab adds the draft with its head limited to the first N ids.
+10th-90th percentile of the rounds' ratios. Several --draft files are timed in the same rounds (named by their file
+names); --head-vocab adds each draft with its head limited to the first N ids, for each N, and --head-type each
+draft (and each limited one) with its head rows requantised to that type (LeanLM.requantize_head).
 Each session loads with this machine's kernel plan (specdec/gguf/kernel_plan.py), printed first. Run it alone."""
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import statistics
 import time
 from pathlib import Path
@@ -56,8 +60,9 @@ def cost_table(rounds: list[dict[str, float]], target: str = "target") -> pd.Dat
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--target", default="resources/gguf/qwen2.5-coder-1.5b-instruct.gguf")
-    parser.add_argument("--draft", default="resources/gguf/qwen2.5-coder-0.5b-instruct.gguf")
-    parser.add_argument("--head-vocab", type=int, default=None)
+    parser.add_argument("--draft", nargs="+", default=["resources/gguf/qwen2.5-coder-0.5b-instruct.gguf"])
+    parser.add_argument("--head-vocab", nargs="+", type=int, default=[])
+    parser.add_argument("--head-type", nargs="+", default=[], choices=["q5_0", "q8_0"])
     parser.add_argument("--context", type=int, default=256)
     parser.add_argument("--rounds", type=int, default=40)
     parser.add_argument("--steps", type=int, default=5)
@@ -67,18 +72,30 @@ def main(argv: list[str] | None = None) -> None:
     if args.rounds < 1 or args.steps < 1:
         parser.error(f"--rounds and --steps must be at least 1, got {args.rounds} and {args.steps}")
     torch.set_num_threads(args.threads)
-    sessions = {"target": LeanLM(args.target), "draft": LeanLM(args.draft)}
-    if sessions["target"].vocab_size != sessions["draft"].vocab_size:
-        parser.error(f"the draft's vocabulary ({sessions['draft'].vocab_size}) differs from the target's "
-                     f"({sessions['target'].vocab_size})")
-    if args.head_vocab:
-        limited = sessions[f"draft-v{args.head_vocab}"] = LeanLM(sessions["draft"].model)
-        limited.limit_head_vocab(args.head_vocab)
+    sessions = {"target": LeanLM(args.target)}
+    for path in args.draft:
+        name = "draft" if len(args.draft) == 1 else Path(path).stem
+        if name in sessions:
+            parser.error(f"{path}: the name {name!r} is taken (the target's or another draft's): give the drafts "
+                         f"files of other names")
+        draft = sessions[name] = LeanLM(path)
+        if sessions["target"].vocab_size != draft.vocab_size:
+            parser.error(f"the draft {path}'s vocabulary ({draft.vocab_size}) differs from the target's "
+                         f"({sessions['target'].vocab_size})")
+        for vocab, head_type in itertools.product([None, *args.head_vocab], [None, *args.head_type]):
+            if vocab is None and head_type is None:
+                continue
+            variant = sessions[name + (f"-v{vocab}" if vocab else "") + (f"-{head_type}" if head_type else "")] = \
+                LeanLM(draft.model)
+            if vocab:
+                variant.limit_head_vocab(vocab)
+            if head_type:
+                variant.requantize_head(head_type.upper())
     for name, session in sessions.items():
         plan = session.model.plan
         print(f"{name}: {Path(session.model.path).name}, kernel plan {plan.label() if plan else 'none'}", flush=True)
     generator = torch.Generator().manual_seed(0)
-    vocab = min(args.head_vocab or sessions["target"].vocab_size, sessions["target"].vocab_size)
+    vocab = min([*args.head_vocab, sessions["target"].vocab_size])
     context = torch.randint(0, vocab, (args.context,), generator=generator).tolist()
     for session in sessions.values():
         session.extend(context, 1)

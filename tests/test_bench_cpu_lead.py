@@ -202,6 +202,30 @@ def test_the_draft_cost_bench_times_every_session_in_one_process(draft_cost, fil
     assert "kernel plan" in capsys.readouterr().out
 
 
+@needs_product
+def test_the_draft_cost_bench_times_several_drafts_and_their_head_variants_in_the_same_rounds(draft_cost, files,
+                                                                                               tmp_path, capsys):
+    """Several --draft files (named by their file names), each with every --head-vocab and --head-type variant; a
+    draft file of another's name, or of the target's session name, is refused before anything is timed."""
+    out, other = tmp_path / "c.csv", tmp_path / "other.gguf"
+    other.write_bytes(files["target"].read_bytes())  # a file of the target's types: a Q6_K head requantised
+    draft_cost["main"](["--target", str(files["target"]), "--draft", str(files["draft"]), str(other),
+                        "--head-vocab", "64", "--head-type", "q5_0", "--rounds", "2", "--steps", "1", "--context", "8",
+                        "--threads", "1", "--out", str(out)])
+    table = pd.read_csv(out)
+    assert list(table["draft"]) == [f"{name}{variant}" for name in ("draft", "other")
+                                    for variant in ("", "-q5_0", "-v64", "-v64-q5_0")]
+    assert (table["rounds"] == 2).all() and (table["c"] > 0).all()
+    copy = tmp_path / "copy" / files["draft"].name
+    copy.parent.mkdir()
+    copy.write_bytes(files["draft"].read_bytes())
+    for clash in ([str(files["draft"]), str(copy)], [str(files["draft"]), str(files["target"])]):
+        capsys.readouterr()
+        with pytest.raises(SystemExit):
+            draft_cost["main"](["--target", str(files["target"]), "--draft", *clash])
+        assert "is taken (the target's or another draft's)" in capsys.readouterr().err
+
+
 def test_the_draft_cost_bench_refuses_no_rounds(draft_cost, capsys):
     with pytest.raises(SystemExit):
         draft_cost["main"](["--rounds", "0"])

@@ -343,6 +343,8 @@ def test_help_lists_every_registered_kind_without_importing_torch(capsys):
      {"kind": "hybrid", "model": "DRAFT", "model_k": 0}),
     (["--draft-kind", "hybrid", "--draft", "DRAFT", "--draft-option", "defer_prefill=later"],
      {"kind": "hybrid", "model": "DRAFT", "defer_prefill": "later"}),
+    (["--draft-kind", "hybrid", "--draft", "DRAFT", "--draft-option", "head_type=q4_k"],
+     {"kind": "hybrid", "model": "DRAFT", "head_type": "q4_k"}),
 ])
 def test_bad_kinds_and_fields_are_refused_with_the_registry_s_own_error(dirs, capsys, options, spec):
     options = [dirs["draft"] if option == "DRAFT" else option for option in options]

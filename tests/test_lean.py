@@ -550,9 +550,42 @@ def test_a_head_limited_to_the_first_ids_gives_their_logits_bit_for_bit_and_minu
 
 
 @needs_product
-def test_a_draft_over_the_first_ids_keeps_greedy_identity_and_proposes_only_those(models, prompts):
-    """The registry's model kind with `vocab`: greedy speculative decoding equals greedy decoding, and every drafted
-    token lies among the first ids (where the target's token does not, the block is cut and the target's kept)."""
+@pytest.mark.parametrize("layout", ["rows", "auto"])
+def test_a_requantised_head_gives_the_requantised_rows_logits_with_or_without_a_vocabulary(files, layout, monkeypatch):
+    """requantize_head(T): the logits are the product of the head's rows in T (QuantMatrix.requantized) with the
+    same normed hidden states, bit for bit; limiting the vocabulary before or after gives their first ids; a step
+    reads fewer bytes (Q8_0 -> Q5_0) and the logits are a rounding away from the file's."""
+    from specdec.native import rowops
+
+    monkeypatch.setenv(quant.LAYOUT_ENV, layout)
+    model = read_gguf(files["draft"])
+    assert model.output.qtype == "Q8_0"
+    whole = LeanLM(model)
+    expected = whole.extend(TOKENS[:9], 3)
+    requantised = LeanLM(model)
+    requantised.requantize_head("Q5_0")
+    logits = requantised.extend(TOKENS[:9], 3)
+    normed = rowops.rms_norm(whole.last_hidden[-3:], model.output_norm, model.config.rms_eps)
+    assert torch.equal(logits, model.output.requantized("Q5_0").matmul(normed))
+    assert not torch.equal(logits, expected) and requantised.step_bytes() < whole.step_bytes()
+    limited_file_head = LeanLM(model)
+    limited_file_head.limit_head_vocab(100)
+    for type_first in (False, True):
+        session = LeanLM(model)
+        steps = [lambda: session.limit_head_vocab(100), lambda: session.requantize_head("Q5_0")]
+        for step in reversed(steps) if type_first else steps:
+            step()
+        out = session.extend(TOKENS[:9], 3)
+        assert torch.equal(out[:, :100], logits[:, :100]) and bool((out[:, 100:] == float("-inf")).all())
+        assert session.step_bytes() < limited_file_head.step_bytes()
+
+
+@needs_product
+@pytest.mark.parametrize("head", [{}, {"head_type": "q5_0"}], ids=["file-head", "q5_0-head"])
+def test_a_draft_over_the_first_ids_keeps_greedy_identity_and_proposes_only_those(models, prompts, head):
+    """The registry's model kind with `vocab` (and its head requantised): greedy speculative decoding equals greedy
+    decoding, and every drafted token lies among the first ids (where the target's token does not, the block is cut
+    and the target's kept)."""
     from specdec.drafts import DraftResources, get_kind
 
     deep = models["deep"]
@@ -562,7 +595,7 @@ def test_a_draft_over_the_first_ids_keeps_greedy_identity_and_proposes_only_thos
     for prompt in prompts:
         expected = generate_baseline(target, prompt, max_new_tokens=24)
         for k in (1, 3):
-            draft = kind.build({"kind": "model", "model": "deep", "vocab": 40},
+            draft = kind.build({"kind": "model", "model": "deep", "vocab": 40, **head},
                                DraftResources(target=target, vocab_size=256, eos_token_ids=frozenset(),
                                               draft_model=lambda: LeanLM(deep, layers=1)))
             original = draft.propose
@@ -579,12 +612,14 @@ def test_a_draft_over_the_first_ids_keeps_greedy_identity_and_proposes_only_thos
     assert drafted and max(drafted) < 40 and rejected, (max(drafted), rejected)
 
 
-def test_a_head_vocabulary_is_refused_for_a_model_that_is_not_a_gguf_session():
+@pytest.mark.parametrize("field, words", [({"vocab": 8}, "`vocab` limits a GGUF file's LM head"),
+                                           ({"head_type": "q5_0"}, "`head_type` requantises a GGUF file's LM head")])
+def test_a_head_of_its_own_is_refused_for_a_model_that_is_not_a_gguf_session(field, words):
     from specdec.drafts import DraftResources, get_kind
     from specdec.errors import DraftSpecError
     from specdec.testing import tiny_qwen2
 
     resources = DraftResources(target=None, vocab_size=64, eos_token_ids=frozenset(),
                                draft_model=lambda: tiny_qwen2(vocab_size=64, hidden_size=16))
-    with pytest.raises(DraftSpecError, match="`vocab` limits a GGUF file's LM head"):
-        get_kind("model").build({"kind": "model", "model": "x", "vocab": 8}, resources)
+    with pytest.raises(DraftSpecError, match=words):
+        get_kind("model").build({"kind": "model", "model": "x", **field}, resources)

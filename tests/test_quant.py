@@ -42,6 +42,33 @@ def test_dequantisation_equals_the_gguf_reference_bit_for_bit(qtype):
     assert torch.equal(_bits(picked), _bits(torch.from_numpy(expected[[5, 0, 23, 5]])))
 
 
+@pytest.mark.parametrize("layout", ["rows", "r16"])
+@pytest.mark.parametrize("qtype", quant.REQUANTIZE_TYPES)
+@pytest.mark.parametrize("source", QUANT_TYPES)
+def test_a_requantised_matrix_is_the_gguf_quantiser_s_blocks_of_its_values_in_its_own_layout(source, qtype, layout,
+                                                                                           monkeypatch):
+    """requantized(T): the gguf package's T blocks of this matrix's values (in chunks of rows: here 16, so three
+    chunks, the last short), held in the matrix's own layout; itself where it is of type T already."""
+    from gguf import GGMLQuantizationType
+    from gguf.quants import quantize
+
+    monkeypatch.setattr(quant, "REQUANTIZE_CHUNK_ROWS", 16)
+    matrix = random_quant_matrix(source, 48, 512, seed=3).in_layout(layout)
+    got = matrix.requantized(qtype)
+    if qtype == source:
+        assert got is matrix
+        return
+    expected = quantize(matrix.dequantize_rows().numpy(), GGMLQuantizationType[qtype])
+    assert (got.qtype, got.layout, got.shape) == (qtype, layout, matrix.shape)
+    assert np.array_equal(got.in_layout("rows").raw.numpy(), expected)
+
+
+@pytest.mark.parametrize("bad", ["Q4_K", "Q6_K", "F32", "q5_0", None])
+def test_requantising_to_a_type_the_reference_cannot_write_is_refused(bad):
+    with pytest.raises(ValueError, match=r"requantising writes Q5_0, Q8_0 only, got"):
+        random_quant_matrix("Q8_0", 16, 64, seed=1).requantized(bad)
+
+
 @pytest.mark.skipif(not GGUF_FILES, reason="no GGUF files under resources/gguf (the models stage makes them)")
 def test_every_tensor_type_of_the_study_files_dequantises_as_the_gguf_package_does():
     from specdec.gguf.header import read_header

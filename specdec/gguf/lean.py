@@ -105,6 +105,7 @@ class LeanLM(KeepsFeatures):
         self._length = 0
         self.last_hidden: torch.Tensor | None = None
         self.head_vocab: int | None = None  # limit_head_vocab
+        self.head_type: str | None = None  # requantize_head
         self._head = self.model.output
 
     @property
@@ -122,6 +123,16 @@ class LeanLM(KeepsFeatures):
         head, whole = self.model.output, self.model.output.rows_per_group
         self._head = head.first_rows(min(-(-vocab // whole) * whole, head.out_features))
         self.head_vocab = vocab
+        if self.head_type is not None:  # the rows now kept, in the type asked for
+            self._head = self._head.requantized(self.head_type)
+
+    def requantize_head(self, qtype: str) -> None:
+        """From now on this session's LM head rows (those `limit_head_vocab` keeps) are held in `qtype` (one of
+        quant.REQUANTIZE_TYPES), requantised from the file's: a draft's step reads fewer bytes (the 0.5B file's Q8_0
+        head in Q5_0: 35% fewer) for logits a second rounding away from the file's. Only for a draft: exactness
+        holds whatever the draft proposes, acceptance may move. Takes seconds (the gguf package's quantiser)."""
+        self._head = self._head.requantized(qtype)
+        self.head_type = qtype
 
     def step_bytes(self) -> int:
         """Bytes a one-token step reads (the layers this session runs, the final norm and the head's rows it runs)."""

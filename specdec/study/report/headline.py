@@ -60,7 +60,9 @@ def llamacpp_rows(runs: pd.DataFrame) -> list[dict]:
 def _draft_name(draft: str) -> str:
     return {"qwen2.5-coder-0.5b-instruct": "0.5B", "lookup": "lookup", "coder-0.5b-hybrid-gguf": "hybrid",
             "coder-0.5b-v64k": "0.5B over 64k ids",
-            "coder-0.5b-long-lookup": "long lookups, else 0.5B over 64k ids"}.get(draft, draft)
+            "coder-0.5b-long-lookup": "long lookups, else 0.5B over 64k ids",
+            "coder-0.5b-v64k-q5": "0.5B over 64k ids, Q5_0 head",
+            "coder-0.5b-q5-long-lookup": "long lookups, else 0.5B over 64k ids with a Q5_0 head"}.get(draft, draft)
 
 
 def study_speedups(study: Path) -> dict[str, str]:
