@@ -73,20 +73,26 @@ def main(argv: list[str] | None = None) -> None:
         parser.error(f"--rounds and --steps must be at least 1, got {args.rounds} and {args.steps}")
     torch.set_num_threads(args.threads)
     sessions = {"target": LeanLM(args.target)}
-    for path in args.draft:
-        name = "draft" if len(args.draft) == 1 else Path(path).stem
+
+    def add(name: str, path: str, session) -> LeanLM:
+        """sessions[name] = session, refusing a name already taken (a variant's included: the table keys on it)."""
         if name in sessions:
             parser.error(f"{path}: the name {name!r} is taken (the target's or another draft's): give the drafts "
                          f"files of other names")
-        draft = sessions[name] = LeanLM(path)
+        sessions[name] = session
+        return session
+
+    for path in args.draft:
+        name = "draft" if len(args.draft) == 1 else Path(path).stem
+        draft = add(name, path, LeanLM(path))
         if sessions["target"].vocab_size != draft.vocab_size:
             parser.error(f"the draft {path}'s vocabulary ({draft.vocab_size}) differs from the target's "
                          f"({sessions['target'].vocab_size})")
         for vocab, head_type in itertools.product([None, *args.head_vocab], [None, *args.head_type]):
             if vocab is None and head_type is None:
                 continue
-            variant = sessions[name + (f"-v{vocab}" if vocab else "") + (f"-{head_type}" if head_type else "")] = \
-                LeanLM(draft.model)
+            suffix = (f"-v{vocab}" if vocab else "") + (f"-{head_type}" if head_type else "")
+            variant = add(name + suffix, path, LeanLM(draft.model))
             if vocab:
                 variant.limit_head_vocab(vocab)
             if head_type:

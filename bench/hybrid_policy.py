@@ -22,7 +22,7 @@ first, at 1.83x our plain on code and 1.11-1.17x elsewhere, against the side by 
     python bench/hybrid_policy.py --regime gguf --runs results/experiments/cpu-lead/<machine> \\
         --domains code factual dialogue prose [--head-type q5_0]
 
-Printed first: how often the draft's argmax along the target's tokens is the target's token, per domain (the share a
+Printed before the policies: how often the draft's argmax along the target's tokens is the target's token, per domain (the share a
 greedy draft's first token is kept), a quick way to weigh a cheaper draft head (`--vocab`, `--head-type`).
 """
 

@@ -206,7 +206,8 @@ def test_the_draft_cost_bench_times_every_session_in_one_process(draft_cost, fil
 def test_the_draft_cost_bench_times_several_drafts_and_their_head_variants_in_the_same_rounds(draft_cost, files,
                                                                                                tmp_path, capsys):
     """Several --draft files (named by their file names), each with every --head-vocab and --head-type variant; a
-    draft file of another's name, or of the target's session name, is refused before anything is timed."""
+    draft file of another's name, of the target's session name or of another draft's variant is refused before anything
+    is timed."""
     out, other = tmp_path / "c.csv", tmp_path / "other.gguf"
     other.write_bytes(files["target"].read_bytes())  # a file of the target's types: a Q6_K head requantised
     draft_cost["main"](["--target", str(files["target"]), "--draft", str(files["draft"]), str(other),
@@ -219,7 +220,10 @@ def test_the_draft_cost_bench_times_several_drafts_and_their_head_variants_in_th
     copy = tmp_path / "copy" / files["draft"].name
     copy.parent.mkdir()
     copy.write_bytes(files["draft"].read_bytes())
-    for clash in ([str(files["draft"]), str(copy)], [str(files["draft"]), str(files["target"])]):
+    variant_named = tmp_path / "draft-v64.gguf"  # the name of draft.gguf's variant under --head-vocab 64
+    variant_named.write_bytes(files["draft"].read_bytes())
+    for clash in ([str(files["draft"]), str(copy)], [str(files["draft"]), str(files["target"])],
+                  [str(variant_named), str(files["draft"]), "--head-vocab", "64"]):
         capsys.readouterr()
         with pytest.raises(SystemExit):
             draft_cost["main"](["--target", str(files["target"]), "--draft", *clash])
