@@ -126,6 +126,10 @@ def _build_parser() -> argparse.ArgumentParser:
                           "torch's own kernels, CUDA graphs on cuda; needs --linear-kernel default on the CPU)")
     gen.add_argument("--session-rows", type=int, default=None, metavar="R",
                      help="rows of every fixed-shape pass (default 16)")
+    gen.add_argument("--argmax-head", action="store_true",
+                     help="GGUF targets at temperature 0: greedy steps read the top four bits of the Q6_K LM head, "
+                          "then only the rows that can be the argmax (the same tokens, 30%% fewer head bytes a step; "
+                          "about a second at load to build)")
     gen.add_argument("--baseline", action="store_true",
                      help="also run plain decoding: report the speedup and, at temperature 0, check greedy identity")
     return parser
@@ -155,6 +159,11 @@ def _validate(args: argparse.Namespace) -> None:
                              "order-fixed quantized kernel")
         if args.device != "cpu":
             raise UsageError(f"GGUF files run on the CPU only, got --device {args.device}")
+    if args.argmax_head and not _is_gguf(args.target):
+        raise UsageError("--argmax-head reads a GGUF file's Q6_K LM head: the target must be a .gguf file")
+    if args.argmax_head and args.temperature != 0:
+        raise UsageError(f"--argmax-head computes only the argmax: it is for greedy decoding (--temperature 0), "
+                         f"got --temperature {args.temperature}")
 
 
 def _is_gguf(path: str) -> bool:
@@ -363,7 +372,7 @@ def _load_gguf_pair(args: argparse.Namespace, spec: dict | None):
     if target_info.context and max_length - 1 > target_info.context:
         raise UsageError(f"the prompt ({input_ids.shape[1]} tokens) and --max-new-tokens {args.max_new_tokens} "
                          f"exceed {args.target}'s context length of {target_info.context} tokens")
-    runtime = Runtime(weights="gguf")
+    runtime = Runtime(weights="gguf", argmax_head=args.argmax_head)
     target, vocabulary = _load_target(args, runtime, target_info, max_length)
     return target, _make_draft(args, spec, target, vocabulary, runtime), tok, input_ids
 

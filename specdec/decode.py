@@ -11,6 +11,7 @@ Bookkeeping of the speculative loop (L = len(context) at the start of a block):
 
 from __future__ import annotations
 
+import contextlib
 import time
 from dataclasses import asdict, dataclass, field
 
@@ -108,6 +109,23 @@ def _draft_kernel(proposer) -> str:
     return _kernel(session, 1)
 
 
+@contextlib.contextmanager
+def argmax_only(session, greedy: bool):
+    """A greedy run's target passes of one logit computed only as far as their argmax needs, where the session has
+    such a head (LeanLM.use_argmax_head: the same tokens, fewer bytes a step); a sampling run keeps every logit. The
+    session's former setting comes back after the run."""
+    switch = getattr(session, "set_argmax_only", None)
+    if switch is None:
+        yield
+        return
+    before = session.argmax_only
+    switch(greedy)
+    try:
+        yield
+    finally:
+        switch(before)
+
+
 def _check_length(max_new_tokens: int) -> None:
     if not isinstance(max_new_tokens, int) or max_new_tokens < 1:
         raise ValueError(f"max_new_tokens must be a positive integer, got {max_new_tokens!r}")
@@ -136,25 +154,27 @@ def generate_baseline(
     generator = torch.Generator().manual_seed(seed)
     result = DecodeResult(tokens=[])
     begin = time.perf_counter()
-    target.reset()
-    feed = prompt
-    while True:
-        start = time.perf_counter()
-        logits = target.extend(feed, 1)[0]
-        forward = time.perf_counter() - start
-        start = time.perf_counter()
-        token = _choose(logits, sampling, generator)
-        decide = time.perf_counter() - start
-        result.tokens.append(token)
-        result.steps.append(
-            StepRecord(step=len(result.steps), kind="prefill" if feed is prompt else "target", emitted=1, positions=1,
-                       verify_seconds=forward, decide_seconds=decide, kernel=_kernel(target, len(feed)))
-        )
-        if token in target.eos_token_ids or len(result.tokens) >= max_new_tokens:
-            break
-        feed = [token]
-    result.total_seconds = time.perf_counter() - begin
-    return result
+    with argmax_only(target, sampling.greedy):
+        target.reset()
+        feed = prompt
+        while True:
+            start = time.perf_counter()
+            logits = target.extend(feed, 1)[0]
+            forward = time.perf_counter() - start
+            start = time.perf_counter()
+            token = _choose(logits, sampling, generator)
+            decide = time.perf_counter() - start
+            result.tokens.append(token)
+            result.steps.append(
+                StepRecord(step=len(result.steps), kind="prefill" if feed is prompt else "target", emitted=1,
+                           positions=1, verify_seconds=forward, decide_seconds=decide,
+                           kernel=_kernel(target, len(feed)))
+            )
+            if token in target.eos_token_ids or len(result.tokens) >= max_new_tokens:
+                break
+            feed = [token]
+        result.total_seconds = time.perf_counter() - begin
+        return result
 
 
 def _checked(proposal: Proposal, budget: int, sampling: SamplingConfig, vocab_size: int) -> Proposal:
@@ -215,66 +235,67 @@ def generate_speculative(
     result = DecodeResult(tokens=[])
     begin = time.perf_counter()
 
-    target_lm.reset()
-    start = time.perf_counter()
-    logits = target_lm.extend(prompt, 1)[0]
-    prefill = time.perf_counter() - start
-    draft_prefill = proposer.prefill(prompt)
-    start = time.perf_counter()
-    first = _choose(logits, sampling, generator)
-    decide = time.perf_counter() - start
-    result.tokens.append(first)
-    result.steps.append(StepRecord(step=0, kind="prefill", emitted=1, positions=1, draft_seconds=draft_prefill,
-                                   verify_seconds=prefill, decide_seconds=decide,
-                                   kernel=_kernel(target_lm, len(prompt))))
-    context = prompt + [first]
-
-    while first not in eos_ids and len(result.tokens) < max_new_tokens:
-        # The verify pass emits a token of its own, so never draft past the length budget.
-        budget = min(k, max_new_tokens - len(result.tokens) - 1)
-        proposal = None
-        if budget > 0:
-            proposal = _checked(proposer.propose(context, budget, sampling, generator), budget, sampling,
-                                target_lm.vocab_size).cut_after_eos(eos_ids)
-        drafted = proposal.tokens if proposal is not None else []
-
+    with argmax_only(target_lm, sampling.greedy):
+        target_lm.reset()
         start = time.perf_counter()
-        logits = target_lm.extend([context[-1]] + drafted, len(drafted) + 1)
-        verify = time.perf_counter() - start
-
+        logits = target_lm.extend(prompt, 1)[0]
+        prefill = time.perf_counter() - start
+        draft_prefill = proposer.prefill(prompt)
         start = time.perf_counter()
-        if not drafted:
-            n_accepted, next_token = 0, _choose(logits[0], sampling, generator)
-        elif sampling.greedy:
-            n_accepted, next_token = greedy_step(argmax(logits), torch.tensor(drafted))
-        else:
-            p = warp_logits(logits, sampling)
-            n_accepted, next_token = rule(p, proposal.q, torch.tensor(drafted), generator)
+        first = _choose(logits, sampling, generator)
         decide = time.perf_counter() - start
+        result.tokens.append(first)
+        result.steps.append(StepRecord(step=0, kind="prefill", emitted=1, positions=1, draft_seconds=draft_prefill,
+                                       verify_seconds=prefill, decide_seconds=decide,
+                                       kernel=_kernel(target_lm, len(prompt))))
+        context = prompt + [first]
 
-        emitted = cut_after_eos(drafted[:n_accepted] + [next_token], eos_ids)
-        target_lm.crop(len(context) + n_accepted)
-        context += emitted
-        result.tokens += emitted
-        proposer.rollback(len(context) - 1)
-        result.steps.append(
-            StepRecord(
-                step=len(result.steps),
-                kind="block" if drafted else "target",
-                drafted=len(drafted),
-                accepted=n_accepted,
-                emitted=len(emitted),
-                positions=len(drafted) + 1,
-                draft_seconds=proposal.draft_seconds if proposal else 0.0,
-                catchup_seconds=proposal.catchup_seconds if proposal else 0.0,
-                catchup_tokens=proposal.catchup_tokens if proposal else 0,
-                verify_seconds=verify,
-                decide_seconds=decide,
-                kernel=_kernel(target_lm, len(drafted) + 1),
-                draft_kernel=draft_kernel,
+        while first not in eos_ids and len(result.tokens) < max_new_tokens:
+            # The verify pass emits a token of its own, so never draft past the length budget.
+            budget = min(k, max_new_tokens - len(result.tokens) - 1)
+            proposal = None
+            if budget > 0:
+                proposal = _checked(proposer.propose(context, budget, sampling, generator), budget, sampling,
+                                    target_lm.vocab_size).cut_after_eos(eos_ids)
+            drafted = proposal.tokens if proposal is not None else []
+
+            start = time.perf_counter()
+            logits = target_lm.extend([context[-1]] + drafted, len(drafted) + 1)
+            verify = time.perf_counter() - start
+
+            start = time.perf_counter()
+            if not drafted:
+                n_accepted, next_token = 0, _choose(logits[0], sampling, generator)
+            elif sampling.greedy:
+                n_accepted, next_token = greedy_step(argmax(logits), torch.tensor(drafted))
+            else:
+                p = warp_logits(logits, sampling)
+                n_accepted, next_token = rule(p, proposal.q, torch.tensor(drafted), generator)
+            decide = time.perf_counter() - start
+
+            emitted = cut_after_eos(drafted[:n_accepted] + [next_token], eos_ids)
+            target_lm.crop(len(context) + n_accepted)
+            context += emitted
+            result.tokens += emitted
+            proposer.rollback(len(context) - 1)
+            result.steps.append(
+                StepRecord(
+                    step=len(result.steps),
+                    kind="block" if drafted else "target",
+                    drafted=len(drafted),
+                    accepted=n_accepted,
+                    emitted=len(emitted),
+                    positions=len(drafted) + 1,
+                    draft_seconds=proposal.draft_seconds if proposal else 0.0,
+                    catchup_seconds=proposal.catchup_seconds if proposal else 0.0,
+                    catchup_tokens=proposal.catchup_tokens if proposal else 0,
+                    verify_seconds=verify,
+                    decide_seconds=decide,
+                    kernel=_kernel(target_lm, len(drafted) + 1),
+                    draft_kernel=draft_kernel,
+                )
             )
-        )
-        if emitted[-1] in eos_ids:
-            break
-    result.total_seconds = time.perf_counter() - begin
-    return result
+            if emitted[-1] in eos_ids:
+                break
+        result.total_seconds = time.perf_counter() - begin
+        return result

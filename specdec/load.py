@@ -95,12 +95,13 @@ def draft_runtime(spec: Mapping, runtime: Runtime) -> Runtime:
 def load_target(path, runtime: Runtime, backend_tables: dict | None = None, max_length: int | None = None):
     """The target as a decoding job runs it, per runtime.weights: (a prepared model, its tokenizer) from a model
     directory, or (a LeanLM session, the file's vocabulary) from a GGUF file (max_length: its KV cache's positions;
-    backend tables do not apply there). With runtime.session "fixed" the model comes in its FixedShapeLM (a static
-    cache of max_length positions, every pass runtime.session_rows rows: specdec/fixed_shape.py)."""
+    backend tables do not apply there; runtime.argmax_head builds its exact greedy head). With runtime.session
+    "fixed" the model comes in its FixedShapeLM (a static cache of max_length positions, every pass
+    runtime.session_rows rows: specdec/fixed_shape.py)."""
     if runtime.weights == "gguf":
         from specdec.gguf.loading import load_gguf_for_decoding
 
-        return load_gguf_for_decoding(path, runtime, max_length=max_length)
+        return load_gguf_for_decoding(path, runtime, max_length=max_length, argmax_head=runtime.argmax_head)
     from specdec.fp32.loading import load_for_decoding
 
     model, tokenizer = load_for_decoding(path, runtime, backend_tables)

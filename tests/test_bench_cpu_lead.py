@@ -1,4 +1,4 @@
-"""bench/prompt_pass.py and bench/heldout_cli.py (experiments/cpu-lead) on tiny GGUF files, and
+"""bench/prompt_pass.py, bench/heldout_cli.py and bench/argmax_head.py (experiments/cpu-lead) on tiny GGUF files, and
 bench/multiply_rate.py's probe: they run, write the rows they claim, and refuse what they cannot run (their timings
 belong to the experiment, not to a test)."""
 
@@ -8,6 +8,7 @@ import runpy
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 import yaml
@@ -234,3 +235,29 @@ def test_the_draft_cost_bench_refuses_no_rounds(draft_cost, capsys):
     with pytest.raises(SystemExit):
         draft_cost["main"](["--rounds", "0"])
     assert "--rounds and --steps must be at least 1" in capsys.readouterr().err
+
+
+@needs_product
+@pytest.mark.parametrize("mode, per_prompt", [("runs", 2), ("steps", None)])
+def test_the_argmax_head_bench_pairs_both_heads_on_the_same_prompts(files, tmp_path, capsys, mode, per_prompt):
+    prompts = tmp_path / "prompts"
+    prompts.mkdir()
+    for domain, seed in (("code", 1), ("prose", 2)):
+        ids = [[int(t) for t in row] for row in np.random.default_rng(seed).integers(3, 60, (2, 9))]
+        pd.DataFrame({"prompt_id": [f"{domain}-{i}" for i in range(2)], "input_ids": ids}).to_parquet(
+            prompts / f"{domain}.parquet")
+    out = tmp_path / "ah.csv"
+    runpy.run_path(str(BENCH / "argmax_head.py"))["main"](
+        ["--prompts-dir", str(prompts), "--target", str(files["target"]), "--domains", "code", "prose",
+         "--prompts", "2", "--max-new-tokens", "6", "--repeats", "2", "--threads", "1", "--mode", mode,
+         "--out", str(out)])
+    frame = pd.read_csv(out)
+    assert set(frame.domain) == {"code", "prose"} and (frame.ratio > 0).all()
+    if mode == "runs":  # each prompt and repeat once, the same tokens on both heads
+        assert len(frame) == 2 * 2 * per_prompt and frame.identical.all()
+    else:  # one row a fed token after the first (at most 5: an end-of-sequence token may come first), both timed
+        assert 0 < len(frame) <= 2 * 2 * 5 and (frame.full_head > 0).all() and (frame.argmax_head > 0).all()
+        for _, steps in frame.groupby("prompt_id"):
+            assert steps.step.tolist() == list(range(len(steps)))
+    printed = capsys.readouterr().out
+    assert "all: argmax / full head" in printed and "candidate rows a step" in printed

@@ -69,3 +69,21 @@ def test_lookup_drafts_to_k_only_where_its_match_is_long_enough(simulate):
                  cost, model_k=1)
         verify = [n for kind, n in calls if kind == "verify"]
         assert verify[0] == first_verify
+
+
+def test_the_gguf_grid_takes_the_blocks_and_n_grams_asked_for():
+    policies = runpy.run_path(str(BENCH / "hybrid_policy.py"))["policies"]
+    grid = policies("gguf", (4, 8), (8, 12))
+    assert {p[3] for p in grid} == {4, 8} and {p[1] for p in grid} == {8, 12}
+    assert all(p[0] <= p[1] and (p[4] is None or p[4] < p[3]) for p in grid)
+    assert {p[3] for p in policies("gguf")} == {2, 4, 6}  # the default grid as before
+
+
+@pytest.mark.parametrize("extra, message", [(["--k", "9"], "--k takes blocks of 1..8 tokens"),
+                                            (["--sort", "poetry"], "--sort takes geomean or one of --domains")])
+def test_a_block_past_the_timed_passes_or_an_unknown_sort_is_refused(monkeypatch, capsys, extra, message):
+    main = runpy.run_path(str(BENCH / "hybrid_policy.py"))["main"]
+    monkeypatch.setattr("sys.argv", ["hybrid_policy.py", "--regime", "gguf", "--runs", "r", *extra])
+    with pytest.raises(SystemExit):
+        main()
+    assert message in capsys.readouterr().err

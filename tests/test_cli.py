@@ -223,6 +223,25 @@ def test_gguf_files_that_cannot_run_exit_2_naming_the_file_before_any_model_load
     assert "specdec:" not in captured.err and "Traceback" not in captured.err and captured.out == ""
 
 
+@needs_product
+def test_the_argmax_head_gives_the_same_greedy_tokens(ggufs, capsys):
+    assert main(_gguf_args(ggufs, "--k", "3", "--json", "--baseline", "--argmax-head")) == 0
+    captured = capsys.readouterr()
+    out = json.loads(captured.out)
+    assert out["greedy_identical"] is True and out["tokens"] == out["baseline_tokens"] and out["n_tokens"] == 12
+
+
+@pytest.mark.parametrize("target, extra, words", [
+    ("gguf", ["--temperature", "0.7"], ["--argmax-head", "greedy decoding (--temperature 0)", "0.7"]),
+    ("dir", [], ["--argmax-head", "must be a .gguf file"]),
+])
+def test_the_argmax_head_outside_greedy_gguf_decoding_exits_2(ggufs, dirs, capsys, target, extra, words):
+    path = ggufs["target"] if target == "gguf" else dirs["target"]
+    assert main(["generate", "--target", path, "--prompt", "hi", "--argmax-head", *extra]) == 2
+    err = capsys.readouterr().err
+    assert all(word in err for word in words), err
+
+
 def test_a_gguf_target_with_a_model_directory_draft_exits_2(ggufs, dirs, capsys):
     assert main(["generate", "--target", ggufs["target"], "--draft", dirs["draft"], "--prompt", "hi"]) == 2
     err = capsys.readouterr().err

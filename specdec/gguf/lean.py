@@ -17,6 +17,10 @@ attention, and everything else is per-row work whose bits do not depend on the o
 elementwise multiplies and adds, a table lookup for rotary, silu lane by lane). So a position's logits are the
 same bits in a one-token step and in a verify pass of any size. Longer passes (a prompt) run torch's SDPA; the
 baseline and the speculative loop run the same prompt pass, so those rows are never compared with a step's.
+
+Greedy steps may skip most of the head: with `use_argmax_head` built, the decoding loops at temperature 0 turn on
+`set_argmax_only`, and a pass of one logit then reads the Q6_K head's top four bits and only the rows that can be
+its argmax (specdec/gguf/argmax_head.py): the same argmax, the same tokens.
 """
 
 from __future__ import annotations
@@ -33,9 +37,14 @@ from specdec.native import attention, rowops
 from specdec.gguf import fused_layers, quant
 from specdec.native.attention import INVARIANT_ROWS, causal_attention
 from specdec.features import KeepsFeatures
+from specdec.gguf.argmax_head import ArgmaxHead
 from specdec.gguf.model import GGUFModel, read_gguf
 
 DEFAULT_MAX_LENGTH = 4096
+# Passes of up to this many logits run the argmax head where it is on (set_argmax_only). Its first pass is
+# compute-bound from 2 rows on: AMD EPYC Zen 4, the 1.5B head, one process, interleaved: 0.71 of the Q6_K head's time
+# at 1 row (its bytes' share), 0.92 at 3, 1.1 at 7, before the candidates' rows (experiments/cpu-lead, eleventh run).
+ARGMAX_HEAD_MAX_ROWS = 1
 
 
 class ContextLengthError(ValueError):
@@ -107,6 +116,8 @@ class LeanLM(KeepsFeatures):
         self.head_vocab: int | None = None  # limit_head_vocab
         self.head_type: str | None = None  # requantize_head
         self._head = self.model.output
+        self._argmax_head: ArgmaxHead | None = None  # use_argmax_head
+        self.argmax_only = False  # set_argmax_only
 
     @property
     def length(self) -> int:
@@ -118,6 +129,7 @@ class LeanLM(KeepsFeatures):
         zero elsewhere. Exactness does not depend on it (the rule takes the q the draft sampled from; where the
         target wants another id the residual gives it); acceptance does. Ids are ranked by the tokenizer's merge
         order, which roughly follows frequency: the first ids are the commonest pieces."""
+        self._refuse_with_argmax_head("limit_head_vocab")
         if isinstance(vocab, bool) or not isinstance(vocab, int) or not 2 <= vocab <= self.vocab_size:
             raise ValueError(f"a head vocabulary must be an integer in 2..{self.vocab_size}, got {vocab!r}")
         head, whole = self.model.output, self.model.output.rows_per_group
@@ -131,8 +143,34 @@ class LeanLM(KeepsFeatures):
         quant.REQUANTIZE_TYPES), requantised from the file's: a draft's step reads fewer bytes (the 0.5B file's Q8_0
         head in Q5_0: 35% fewer) for logits a second rounding away from the file's. Only for a draft: exactness
         holds whatever the draft proposes, acceptance may move. Takes seconds (the gguf package's quantiser)."""
+        self._refuse_with_argmax_head("requantize_head")
         self._head = self._head.requantized(qtype)
         self.head_type = qtype
+
+    def _refuse_with_argmax_head(self, what: str) -> None:
+        if self._argmax_head is not None:
+            raise ValueError(f"{what}: this session's exact argmax head runs over the file's whole head; a draft's "
+                             "head options and the target's argmax head do not mix")
+
+    def use_argmax_head(self) -> None:
+        """Builds the exact greedy head (argmax_head.ArgmaxHead: the Q6_K head's top four bits, 70% of its bytes
+        again in memory, seconds) for the one-logit passes `set_argmax_only` asks it for. Only over the file's whole
+        Q6_K head (a target's), never with `limit_head_vocab` or `requantize_head`."""
+        if self.head_vocab is not None or self.head_type is not None:
+            raise ValueError("the exact argmax head runs over the file's whole head, not one limited or requantised")
+        self._argmax_head = ArgmaxHead(self._head)
+
+    @property
+    def argmax_head(self) -> ArgmaxHead | None:
+        """The exact greedy head `use_argmax_head` built (its byte count and candidate statistics), or None."""
+        return self._argmax_head
+
+    def set_argmax_only(self, on: bool) -> None:
+        """While on (and the head built by `use_argmax_head`), a pass that asks for one position's logits returns the
+        argmax head's: that position's argmax is the full head's, the other logits -inf where they cannot win. The
+        greedy decoding loops turn it on for their run (decode.py) and back off after; anything that reads more
+        than the argmax (sampling, a distribution) runs with it off. A no-op without the head."""
+        self.argmax_only = bool(on) and self._argmax_head is not None
 
     def step_bytes(self) -> int:
         """Bytes a one-token step reads (the layers this session runs, the final norm and the head's rows it runs)."""
@@ -212,7 +250,10 @@ class LeanLM(KeepsFeatures):
             self._features.append(torch.cat([normed, *layer_outputs], dim=1) if layer_outputs else normed)
             last = normed[rows - n_logits:]
         head_begin = time.perf_counter()
-        logits = self._head.matmul(last)
+        if self.argmax_only and n_logits <= ARGMAX_HEAD_MAX_ROWS:
+            logits = self._argmax_head.logits(last)
+        else:
+            logits = self._head.matmul(last)
         if self.head_vocab is not None:  # the other ids' logits: -inf (q zero there)
             logits = torch.cat([logits[:, :self.head_vocab],
                                 logits.new_full((n_logits, self.vocab_size - self.head_vocab), float("-inf"))], dim=1)

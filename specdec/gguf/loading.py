@@ -80,11 +80,13 @@ def check_same_gguf_vocabulary(target: GGUFHeader | str | os.PathLike, draft: GG
 
 # --- models, sessions, tokenizer --------------------------------------------------------------------------------------
 def load_gguf_for_decoding(path: str | os.PathLike, runtime: Runtime, *, max_length: int | None = None,
-                           layers: int | None = None, log: Callable[[str], None] = lambda _: None
-                           ) -> tuple[LeanLM, GGUFVocabulary]:
+                           layers: int | None = None, log: Callable[[str], None] = lambda _: None,
+                           argmax_head: bool = False) -> tuple[LeanLM, GGUFVocabulary]:
     """A GGUF file as a decoding job runs it: a LeanLM session over the model as the file holds it (its `.model`
     is the weights, shared by any further session) and the file's vocabulary. Refusals (check_gguf, then read_gguf's
-    own) come before any tensor is copied. max_length: positions the session's KV cache holds (default: LeanLM's)."""
+    own) come before any tensor is copied. max_length: positions the session's KV cache holds (default: LeanLM's).
+    argmax_head: the session's exact greedy head is built (LeanLM.use_argmax_head; a target's, as
+    specdec.load.load_target asks where runtime.argmax_head is set)."""
     if runtime.weights != "gguf":
         raise ValueError(f"load_gguf_for_decoding runs runtime weights 'gguf', got {runtime.weights!r}")
     if runtime.threads:
@@ -92,7 +94,13 @@ def load_gguf_for_decoding(path: str | os.PathLike, runtime: Runtime, *, max_len
     header = check_gguf(path)
     model = read_gguf(path)
     log(f"read {path}: {model.config.layers} layers, {model.step_bytes() / 2**20:.0f} MiB per step")
-    return LeanLM(model, max_length=max_length, layers=layers), GGUFVocabulary(header)
+    session = LeanLM(model, max_length=max_length, layers=layers)
+    if argmax_head:
+        if model.output.qtype != "Q6_K":
+            raise ValueError(f"runtime argmax_head needs a Q6_K LM head; {path}'s is {model.output.qtype}")
+        session.use_argmax_head()
+        log(f"{path}: greedy steps read the head's top four bits ({session.argmax_head.nbytes / 2**20:.0f} MiB)")
+    return session, GGUFVocabulary(header)
 
 
 def first_layers(session: LeanLM, layers: int) -> LeanLM:

@@ -131,6 +131,111 @@ static PyObject *repack(PyObject *args, int pack) {
 static PyObject *py_r16_pack(PyObject *self, PyObject *args) { return repack(args, 1); }
 static PyObject *py_r16_unpack(PyObject *self, PyObject *args) { return repack(args, 0); }
 
+/* hi4_pack(src, dst, N, K): N Q6_K rows of K values (the file's rows) to Q6_K_HI4 rows (_quant_hi4.h). */
+static PyObject *py_hi4_pack(PyObject *self, PyObject *args) {
+    unsigned long long src, dst;
+    long long N, K;
+    if (!PyArg_ParseTuple(args, "KKLL", &src, &dst, &N, &K)) return NULL;
+    if (!check_sizes(Q6_K, K)) return NULL;
+    if (N < 0 || !src || !dst) {
+        PyErr_Format(PyExc_ValueError, "hi4_pack needs a non-negative row count and two addresses, got %lld", N);
+        return NULL;
+    }
+#ifdef SPECDEC_X86
+    Py_BEGIN_ALLOW_THREADS
+    for (int64_t n = 0; n < N; n++)
+        hi4_pack_row((const uint8_t *)(uintptr_t)src + n * (K / QK) * 210,
+                     (uint8_t *)(uintptr_t)dst + n * (K / QK) * HI4_BLOCK_BYTES, K / QK);
+    Py_END_ALLOW_THREADS
+#endif
+    Py_RETURN_NONE;
+}
+
+/* hi4_matmul(w, x, approx, bound, N, K, M, threads, kernel): _quant_hi4.h's approximate outputs and their bounds
+ * (M x N each) of the Q6_K_HI4 rows w against x (M x K floats); specdec/gguf/argmax_head.py checks the tensors. */
+static PyObject *py_hi4_matmul(PyObject *self, PyObject *args) {
+    const char *kernel_name;
+    unsigned long long w, x, approx, bound;
+    long long N, K, M;
+    int threads;
+    if (!PyArg_ParseTuple(args, "KKKKLLLis", &w, &x, &approx, &bound, &N, &K, &M, &threads, &kernel_name))
+        return NULL;
+    if (!check_sizes(Q6_K, K)) return NULL;
+    const int kernel = parse_kernel(kernel_name);
+    if (kernel < 0) return NULL;
+    if (N < 1 || M < 1 || threads < 1 || !w || !x || !approx || !bound) {
+        PyErr_Format(PyExc_ValueError, "bad hi4 product sizes: N %lld, M %lld, threads %d", N, M, threads);
+        return NULL;
+    }
+    int status = 0;
+#ifdef SPECDEC_X86
+    Py_BEGIN_ALLOW_THREADS
+    status = hi4_matmul((const uint8_t *)(uintptr_t)w, (const float *)(uintptr_t)x, (float *)(uintptr_t)approx,
+                        (float *)(uintptr_t)bound, N, K, M, threads, kernel);
+    Py_END_ALLOW_THREADS
+#endif
+    if (status) return PyErr_NoMemory();
+    Py_RETURN_NONE;
+}
+
+/* hi4_candidates(approx, bound, N, M, margin, index, member, counts) -> the union's count (_quant_hi4.h);
+ * specdec/gguf/argmax_head.py makes every array. */
+static PyObject *py_hi4_candidates(PyObject *self, PyObject *args) {
+    unsigned long long approx, bound, index, member, counts;
+    long long N, M;
+    float margin;
+    if (!PyArg_ParseTuple(args, "KKLLfKKK", &approx, &bound, &N, &M, &margin, &index, &member, &counts)) return NULL;
+    if (N < 1 || M < 1 || !approx || !bound || !index || !member || !counts || !(margin >= 0.0f)) {
+        PyErr_Format(PyExc_ValueError, "bad hi4 candidate sizes: N %lld, M %lld, margin %g", N, M, (double)margin);
+        return NULL;
+    }
+    int64_t kept = 0;
+#ifdef SPECDEC_X86
+    Py_BEGIN_ALLOW_THREADS
+    kept = hi4_candidates((const float *)(uintptr_t)approx, (const float *)(uintptr_t)bound, N, M, margin,
+                          (int64_t *)(uintptr_t)index, (uint8_t *)(uintptr_t)member, (int64_t *)(uintptr_t)counts);
+    Py_END_ALLOW_THREADS
+#endif
+    if (kept < 0) return PyErr_NoMemory();
+    return PyLong_FromLongLong(kept);
+}
+
+/* hi4_exact_rows(w, stride, index, member, count, x, out, N, K, M, threads, kernel): _quant_hi4.h's second pass
+ * into out (M x N); argmax_head.py makes every array, here the indices are checked against N before any is read. */
+static PyObject *py_hi4_exact_rows(PyObject *self, PyObject *args) {
+    const char *kernel_name;
+    unsigned long long w, index, member, x, out;
+    long long stride, count, N, K, M;
+    int threads;
+    if (!PyArg_ParseTuple(args, "KLKKLKKLLLis", &w, &stride, &index, &member, &count, &x, &out, &N, &K, &M, &threads,
+                          &kernel_name))
+        return NULL;
+    if (!check_sizes(Q6_K, K)) return NULL;
+    const int kernel = parse_kernel(kernel_name);
+    if (kernel < 0) return NULL;
+    if (count < 0 || count > N || N < 1 || M < 1 || M > 4096 || threads < 1 || stride != K / QK * 210 || !w ||
+        !index || !member || !x || !out) {
+        PyErr_Format(PyExc_ValueError, "bad hi4 exact-row sizes: %lld rows of %lld, M %lld, %lld bytes a row", count,
+                     N, M, stride);
+        return NULL;
+    }
+    const int64_t *rows = (const int64_t *)(uintptr_t)index;
+    for (int64_t j = 0; j < count; j++)
+        if (rows[j] < 0 || rows[j] >= N) {
+            PyErr_Format(PyExc_IndexError, "row %lld is outside the matrix's %lld rows", (long long)rows[j], N);
+            return NULL;
+        }
+    int status = 0;
+#ifdef SPECDEC_X86
+    Py_BEGIN_ALLOW_THREADS
+    status = hi4_exact_rows((const uint8_t *)(uintptr_t)w, stride, rows, (const uint8_t *)(uintptr_t)member, count,
+                            (const float *)(uintptr_t)x, (float *)(uintptr_t)out, N, K, M, threads, kernel);
+    Py_END_ALLOW_THREADS
+#endif
+    if (status) return PyErr_NoMemory();
+    Py_RETURN_NONE;
+}
+
 static PyObject *py_supported(PyObject *self, PyObject *args) { return PyBool_FromLong(supported()); }
 
 /* The product kernels this CPU runs, slowest first. */
@@ -156,6 +261,10 @@ static PyMethodDef methods[] = {
     {"matmul", py_matmul, METH_VARARGS, "y = x @ W.T (+ b) for a quantized W; batch-invariant (see the source)."},
     {"r16_pack", py_r16_pack, METH_VARARGS, "Q4_K / Q6_K / Q5_0 / Q8_0 rows -> groups of 16 rows (every byte kept)."},
     {"r16_unpack", py_r16_unpack, METH_VARARGS, "Groups of 16 rows -> the file's rows, byte for byte."},
+    {"hi4_pack", py_hi4_pack, METH_VARARGS, "Q6_K rows -> Q6_K_HI4 rows (the top four bits of each quant)."},
+    {"hi4_matmul", py_hi4_matmul, METH_VARARGS, "Q6_K_HI4 outputs and their bounds (an exact argmax's first pass)."},
+    {"hi4_candidates", py_hi4_candidates, METH_VARARGS, "The rows that can be each input's argmax (hi4 bounds)."},
+    {"hi4_exact_rows", py_hi4_exact_rows, METH_VARARGS, "The Q6_K product over chosen rows (the same bits)."},
     {"supported", py_supported, METH_NOARGS, "Whether this CPU can run the kernels (AVX2, FMA, F16C)."},
     {"kernels", py_kernels, METH_NOARGS, "The product kernels this CPU runs, slowest first (all give the same bits)."},
     {"build", py_build, METH_NOARGS, "The hash of the source and compile flags this module was built from."},

@@ -1540,6 +1540,7 @@ TARGET static int matmul(int type, const uint8_t *w, int64_t stride, const float
     free(rows);
     return failed ? -1 : 0;
 }
+#include "_quant_hi4.h"
 #endif
 
 #endif

@@ -1,0 +1,99 @@
+"""An exact greedy LM head that reads 30% fewer bytes: a bounded 4-bit first pass, then the Q6_K rows that can win.
+
+At temperature 0 a decoder needs only the argmax of the target's logits. A Q6_K head (the 1.5B target's: 191 MB, a
+sixth of a step's bytes) holds 6-bit quants q = 4 hi + lo; its top four bits alone (Q6_K_HI4, 146 bytes a block
+against 210) give every logit to within a bound computed in the same pass (specdec/native/_quant_hi4.h). A row whose
+approximate logit plus its bound falls below the best lower bound (approximate minus bound) cannot be the argmax;
+the rows left, the candidates (the median over 192 positions of the study's prompts: 140 of 151936), are computed
+by the Q6_K product itself, whose rows are the same bits whichever rows share a call. So the argmax of what
+`ArgmaxHead.logits` returns (the candidates' exact logits, -inf elsewhere) is the full head's, ties included (every
+row tied at the maximum is a candidate, and argmax takes the first). Where more than `FULL_HEAD_SHARE` of the rows
+are candidates (a flat distribution) the whole Q6_K head runs instead.
+
+Only for greedy decoding: the other logits are not there, so a session with this head refuses to be sampled from
+(decode.py's loops check `greedy_only`)."""
+
+from __future__ import annotations
+
+import torch
+
+from specdec.gguf import quant
+from specdec.gguf.quant import QuantMatrix, available
+
+HI4_BLOCK_BYTES = 146  # specdec/native/_quant_hi4.h
+# The bound is widened by this share of itself for float rounding (_quant_hi4.h: at most 2^-15 of it can move
+# either sum).
+BOUND_MARGIN = 2.0 ** -10
+# Above this share of candidate rows the Q6_K head runs whole: gathering that many rows costs about as much.
+FULL_HEAD_SHARE = 0.25
+
+
+class ArgmaxHead:
+    """The exact greedy form of a Q6_K LM head (module docstring). head: the session's head (a Q6_K QuantMatrix in
+    either layout, the whole vocabulary); kept for the candidates' exact logits, its top bits copied once (70% of its
+    bytes again; where the head loads in groups of 16 rows, its file's rows too, for the candidates' rows)."""
+
+    def __init__(self, head: QuantMatrix):
+        if not isinstance(head, QuantMatrix) or head.qtype != "Q6_K":
+            raise ValueError(f"the exact argmax head runs on a Q6_K LM head, got "
+                             f"{getattr(head, 'qtype', type(head).__name__)}")
+        if not available():
+            raise RuntimeError("the exact argmax head needs specdec.native._quant on an x86 CPU with AVX2")
+        self.head = head
+        self.rows = head.in_layout("rows")  # the candidates are gathered from the file's rows
+        self.out_features, self.in_features = head.shape
+        self.hi4 = quant.weight_bytes(self.out_features, self.in_features // 256 * HI4_BLOCK_BYTES)
+        quant._quant.hi4_pack(self.rows.raw.data_ptr(), self.hi4.data_ptr(), self.out_features, self.in_features)
+        self.last_candidates: list[int] = []  # per row of the last call: how many rows the Q6_K product computed
+        self.candidates: list[int] = []  # every call's rows, each row's count (for a bench's distribution)
+        self.full_head_calls = 0  # calls that ran the whole Q6_K head (too many candidates)
+        self._scratch: dict[int, tuple[torch.Tensor, ...]] = {}  # _buffers
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes the first pass reads (the candidates' rows come on top, a few hundred KB at the median)."""
+        return self.hi4.numel()
+
+    def _buffers(self, rows: int) -> tuple[torch.Tensor, ...]:
+        """(approx, bound, index, member, counts) for passes of `rows` inputs, made once: fresh megabytes on every
+        step would each cost their page faults."""
+        if rows not in self._scratch:
+            self._scratch[rows] = (torch.empty(rows, self.out_features), torch.empty(rows, self.out_features),
+                                   torch.empty(self.out_features, dtype=torch.int64),
+                                   torch.empty(rows, self.out_features, dtype=torch.uint8),
+                                   torch.empty(rows, dtype=torch.int64))
+        return self._scratch[rows]
+
+    def _first_pass(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        quant.check_quant_product(x, self.head, None)
+        x = x.float().contiguous()
+        approx, bound = self._buffers(x.shape[0])[:2]
+        quant._quant.hi4_matmul(self.hi4.data_ptr(), x.data_ptr(), approx.data_ptr(), bound.data_ptr(),
+                                self.out_features, self.in_features, x.shape[0], torch.get_num_threads(),
+                                quant.kernel_name())
+        return x, approx, bound
+
+    def bounds(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(approximate logits, their bounds, the margin included), each (rows, out_features), of x (rows,
+        in_features): the Q6_K head's logit of every row lies within bound of the approximate one."""
+        _, approx, bound = self._first_pass(x)
+        return approx.clone(), bound.mul(1.0 + BOUND_MARGIN)
+
+    def logits(self, x: torch.Tensor) -> torch.Tensor:
+        """(rows, out_features): the Q6_K head's logits where a row can be its argmax, -inf elsewhere (module
+        docstring): its argmax is the full head's, bit for bit in value."""
+        x, approx, bound = self._first_pass(x)
+        rows = x.shape[0]
+        _, _, index, member, counts = self._buffers(rows)
+        kept = quant._quant.hi4_candidates(approx.data_ptr(), bound.data_ptr(), self.out_features, rows,
+                                           BOUND_MARGIN, index.data_ptr(), member.data_ptr(), counts.data_ptr())
+        self.last_candidates = counts.tolist()
+        self.candidates += self.last_candidates
+        if max(self.last_candidates) > FULL_HEAD_SHARE * self.out_features:
+            self.full_head_calls += 1
+            return self.head.matmul(x)
+        out = torch.empty(rows, self.out_features)
+        quant._quant.hi4_exact_rows(self.rows.raw.data_ptr(), self.rows.raw.shape[1], index.data_ptr(),
+                                    member.data_ptr(), kept, x.data_ptr(), out.data_ptr(), self.out_features,
+                                    self.in_features, rows, torch.get_num_threads(), quant.kernel_name())
+        return out

@@ -1,0 +1,256 @@
+/* Q6_K's top four bits, with a bound: a cheap first pass of an exact greedy LM head (specdec/gguf/argmax_head.py).
+ *
+ * A Q6_K value is d x scale x (q - 32) with q = 4 hi + lo (hi 0..15, lo 0..3) and one int8 scale per 16 values.
+ * Q6_K_HI4 keeps d, the 16 scales and hi: 146 bytes a block of 256 values against 210 (d at 0, the scales at 2..17,
+ * value j's hi in byte 18 + j mod 128, the low nibble for j < 128). Its value stands lo at 1.5, the middle of 0..3:
+ * d x scale x (4 hi + 1.5 - 32), so it is within 1.5 |d x scale| of the Q6_K value, element by element.
+ *
+ * For an activation row quantised as the Q6_K product quantises it (quantize_row_k: int8 a, one float da a block),
+ * the approximate output of a row is sum over blocks of d x da x I / 2, I = sum over 16s of scale x (8 hi.a - 61
+ * sum a) (integers, exact in any order), and its bound sum over blocks of 1.5 |d x da| x sum over 16s |scale| x
+ * sum |a|. The Q6_K product's output lies within the bound of the approximate one, up to float rounding: both sums'
+ * terms are at most 32 / 1.5 times the bound's, and each is rounded a dozen times at 2^-24, so the caller widens the
+ * bound by HI4_BOUND_MARGIN (2^-10 of itself, 60 times more than the rounding can move either). The float epilogue
+ * runs in one order (lanes, then blocks, then hsum8): a row's outputs are the same bits whatever rows share the call
+ * and on any thread count, on either variant below (maddubs + madd with AVX2; maddubs + vpdpwssd with AVX-512 VNNI on
+ * 256-bit registers). */
+#ifndef SPECDEC_QUANT_HI4_H
+#define SPECDEC_QUANT_HI4_H
+
+#define HI4_BLOCK_BYTES 146
+
+/* The sums of |a| over every 16 of an input block's quants (the bound's), as int16 (at most 16 x 127). */
+typedef struct {
+    int16_t l1[16];
+} act_l1;
+
+static void hi4_l1(const act_k *a, act_l1 *l, int64_t blocks) {
+    for (int64_t b = 0; b < blocks; b++)
+        for (int j = 0; j < 16; j++) {
+            int s = 0;
+            for (int i = 0; i < 16; i++) s += abs(a[b].q[16 * j + i]);
+            l[b].l1[j] = (int16_t)s;
+        }
+}
+
+/* A Q6_K row's blocks (w, 210 bytes each) as Q6_K_HI4 blocks (o, 146 bytes each). */
+static void hi4_pack_row(const uint8_t *w, uint8_t *o, int64_t blocks) {
+    for (int64_t b = 0; b < blocks; b++, w += 210, o += HI4_BLOCK_BYTES) {
+        memcpy(o, w + 208, 2);
+        memcpy(o + 2, w + 192, 16);
+        memset(o + 18, 0, 128);
+        for (int j = 0; j < QK; j++) o[18 + j % 128] |= (uint8_t)((q6k_quant(w, j) >> 2) << (j < 128 ? 0 : 4));
+    }
+}
+
+/* Scales 2c and 2c + 1 of the eight in each 128-bit half of `scales` (int16, both halves the same eight): the first
+ * over int16 lanes 0-7, the second over 8-15 (the pair sums of their 16 values). */
+TARGET static inline __attribute__((always_inline)) __m256i hi4_scale_pair(__m256i scales, int c) {
+    const __m256i pick = _mm256_setr_epi8(0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3,
+                                          2, 3, 2, 3, 2, 3);
+    return _mm256_shuffle_epi8(scales, _mm256_add_epi8(pick, _mm256_set1_epi8((char)(4 * c))));
+}
+
+/* One weight row against nx (at most GROUPN) inputs: approx[i] and bound[i] (the bound before the margin). MADD(acc,
+ * p, s): acc plus the int16 pairs p times the scales s, pairwise summed (exact integers either way). The 8 of 8 hi
+ * rides on the scales (8 x 128 and the pair sums' 2 x 15 x 127 stay in int16; a block's lanes under 2^27). Up to 4
+ * inputs, the high nibbles' sums run in a chain of their own: one chain of eight dependent multiply-adds a block
+ * held a one-input pass to 32 GB/s on an AMD EPYC Zen 4 (the Q6_K product's own streams at 37). */
+#define HI4_ROW(NAME, ISA, GROUPN, MADD)                                                                            \
+    ISA static inline __attribute__((always_inline)) void NAME(const uint8_t *w, const act_k *const *x,            \
+                                                               const act_l1 *const *l, const int nx,               \
+                                                               int64_t blocks, int64_t left, float *approx,        \
+                                                               float *bound) {                                     \
+        const __m256i low4 = _mm256_set1_epi8(0x0F);                                                                \
+        __m256 acc[GROUPN], lim[GROUPN];                                                                            \
+        for (int i = 0; i < nx; i++) acc[i] = lim[i] = _mm256_setzero_ps();                                         \
+        for (int64_t b = 0; b < blocks; b++, w += HI4_BLOCK_BYTES, left -= HI4_BLOCK_BYTES) {                      \
+            row_prefetch(w, HI4_BLOCK_BYTES, left);                                                                 \
+            const float d = half(w);                                                                                \
+            const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(w + 2)));                  \
+            const __m256i sc8 = _mm256_slli_epi16(sc16, 3);                                                         \
+            /* piece c's low nibbles (values 32c..32c+31) take scales 2c, 2c+1, its high nibbles (values 128 +      \
+             * 32c..) scales 8 + 2c, 9 + 2c */                                                                      \
+            const __m256i first8 = _mm256_permute4x64_epi64(sc8, 0x44), last8 = _mm256_permute4x64_epi64(sc8, 0xEE); \
+            __m256i total[GROUPN], high[GROUPN]; /* high: a second chain of sums for up to 4 inputs */             \
+            const __m256i offset = _mm256_mullo_epi16(sc16, _mm256_set1_epi16(-61));                                \
+            for (int i = 0; i < nx; i++) /* -61 x scale x (the sum of 16 quants), first */                          \
+                total[i] = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)x[i][b].sums), offset);            \
+            for (int c = 0; c < 4; c++) {                                                                           \
+                const __m256i packed = _mm256_loadu_si256((const __m256i *)(w + 18 + 32 * c));                      \
+                const __m256i lo = _mm256_and_si256(packed, low4);                                                  \
+                const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(packed, 4), low4);                            \
+                const __m256i s_a = hi4_scale_pair(first8, c), s_b = hi4_scale_pair(last8, c);                      \
+                for (int i = 0; i < nx; i++) {                                                                      \
+                    const int8_t *q = x[i][b].q;                                                                    \
+                    const __m256i qa = _mm256_loadu_si256((const __m256i *)(q + 32 * c));                           \
+                    const __m256i qb = _mm256_loadu_si256((const __m256i *)(q + 128 + 32 * c));                     \
+                    total[i] = MADD(total[i], _mm256_maddubs_epi16(lo, qa), s_a);                                   \
+                    if (nx <= 4)                                                                                    \
+                        high[i] = c ? MADD(high[i], _mm256_maddubs_epi16(hi, qb), s_b)                              \
+                                    : _mm256_madd_epi16(_mm256_maddubs_epi16(hi, qb), s_b);                         \
+                    else                                                                                            \
+                        total[i] = MADD(total[i], _mm256_maddubs_epi16(hi, qb), s_b);                               \
+                }                                                                                                   \
+            }                                                                                                       \
+            if (nx <= 4) /* integers: the same sums in any grouping */                                              \
+                for (int i = 0; i < nx; i++) total[i] = _mm256_add_epi32(total[i], high[i]);                        \
+            const __m256i abs16 = _mm256_abs_epi16(sc16);                                                           \
+            for (int i = 0; i < nx; i++) {                                                                          \
+                const float dd = d * x[i][b].d;                                                                     \
+                acc[i] = _mm256_fmadd_ps(_mm256_set1_ps(dd), _mm256_cvtepi32_ps(total[i]), acc[i]);                 \
+                const __m256i l1 = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)l[i][b].l1), abs16);      \
+                lim[i] = _mm256_fmadd_ps(_mm256_set1_ps(fabsf(dd)), _mm256_cvtepi32_ps(l1), lim[i]);                \
+            }                                                                                                       \
+        }                                                                                                           \
+        for (int i = 0; i < nx; i++) approx[i] = 0.5f * hsum8(acc[i]), bound[i] = 1.5f * hsum8(lim[i]);            \
+    }
+
+#define HI4_MADD_AVX2(acc, p, s) _mm256_add_epi32(acc, _mm256_madd_epi16(p, s))
+#define HI4_MADD_VNNI(acc, p, s) _mm256_dpwssd_epi32(acc, p, s)
+HI4_ROW(hi4_row_avx2, TARGET, GROUP, HI4_MADD_AVX2)
+HI4_ROW(hi4_row_vnni, TARGET512, GROUP512, HI4_MADD_VNNI)
+
+/* The row functions with nx fixed at compile time (registers, not arrays in memory), as SPECIALISE does. */
+typedef void (*hi4_row_fn)(const uint8_t *, const act_k *const *, const act_l1 *const *, int64_t, int64_t, float *,
+                           float *);
+#define HI4_FN(NAME, ISA, N)                                                                                        \
+    ISA static void NAME##_##N(const uint8_t *w, const act_k *const *x, const act_l1 *const *l, int64_t blocks,    \
+                               int64_t left, float *approx, float *bound) {                                        \
+        NAME(w, x, l, N, blocks, left, approx, bound);                                                              \
+    }
+HI4_FN(hi4_row_avx2, TARGET, 1) HI4_FN(hi4_row_avx2, TARGET, 2) HI4_FN(hi4_row_avx2, TARGET, 3)
+HI4_FN(hi4_row_avx2, TARGET, 4)
+HI4_FN(hi4_row_vnni, TARGET512, 1) HI4_FN(hi4_row_vnni, TARGET512, 2) HI4_FN(hi4_row_vnni, TARGET512, 3)
+HI4_FN(hi4_row_vnni, TARGET512, 4) HI4_FN(hi4_row_vnni, TARGET512, 5) HI4_FN(hi4_row_vnni, TARGET512, 6)
+HI4_FN(hi4_row_vnni, TARGET512, 7) HI4_FN(hi4_row_vnni, TARGET512, 8)
+static const hi4_row_fn hi4_avx2_for[GROUP + 1] = {NULL, hi4_row_avx2_1, hi4_row_avx2_2, hi4_row_avx2_3,
+                                                   hi4_row_avx2_4};
+static const hi4_row_fn hi4_vnni_for[GROUP512 + 1] = {NULL, hi4_row_vnni_1, hi4_row_vnni_2, hi4_row_vnni_3,
+                                                      hi4_row_vnni_4, hi4_row_vnni_5, hi4_row_vnni_6,
+                                                      hi4_row_vnni_7, hi4_row_vnni_8};
+
+/* approx and bound (M x N each, row i at i x N) = the Q6_K_HI4 matrix w (N rows of K / 256 blocks) against x (M x K);
+ * kernel: avx2 runs the AVX2 row function, every other the VNNI one (the same bits). Threads split the rows. */
+TARGET static int hi4_matmul(const uint8_t *w, const float *x, float *approx, float *bound, int64_t N, int64_t K,
+                             int64_t M, int threads, int kernel) {
+    const int64_t blocks = K / QK, stride = blocks * HI4_BLOCK_BYTES;
+    act_k *acts = malloc(sizeof(act_k) * blocks * M);
+    act_l1 *l1 = malloc(sizeof(act_l1) * blocks * M);
+    const act_k **xs = malloc(sizeof(act_k *) * M);
+    const act_l1 **ls = malloc(sizeof(act_l1 *) * M);
+    if (!acts || !l1 || !xs || !ls) {
+        free(acts), free(l1), free(xs), free(ls);
+        return -1;
+    }
+    for (int64_t i = 0; i < M; i++) {
+        quantize_row_k(x + i * K, acts + i * blocks, K);
+        hi4_l1(acts + i * blocks, l1 + i * blocks, blocks);
+        xs[i] = acts + i * blocks, ls[i] = l1 + i * blocks;
+    }
+    const int width = kernel == KERNEL_AVX2 ? GROUP : GROUP512; /* inputs sharing each unpacked piece */
+    const int64_t groups = (M + width - 1) / width;
+#pragma omp parallel for num_threads(threads) schedule(static)
+    for (int64_t n = 0; n < N; n++) {
+        for (int64_t g = 0, i0 = 0; g < groups; g++) {
+            const int nx = (int)(M / groups + (g < M % groups));
+            float a[GROUP512], b[GROUP512];
+            (kernel == KERNEL_AVX2 ? hi4_avx2_for : hi4_vnni_for)[nx](w + n * stride, xs + i0, ls + i0, blocks,
+                                                                     (N - n) * stride, a, b);
+            for (int i = 0; i < nx; i++) approx[(i0 + i) * N + n] = a[i], bound[(i0 + i) * N + n] = b[i];
+            i0 += nx;
+        }
+    }
+    free(acts), free(l1), free(xs), free(ls);
+    return 0;
+}
+
+/* The rows that can be an input's argmax: with each bound widened by `margin` of itself, row n is a candidate of
+ * input i where approx + bound reaches the largest approx - bound of input i (its argmax's Q6_K logit lies between
+ * its own two). Writes the union of the inputs' candidates, ascending, to index (N slots), whether each is input i's
+ * to member[i x N + j] (j below the union's count) and each input's count to counts; returns the union's count, or -1
+ * where memory ran out. Eight rows at a time, the rest one by one (the same comparisons). */
+TARGET static int64_t hi4_candidates(const float *approx, const float *bound, int64_t N, int64_t M, float margin,
+                                     int64_t *index, uint8_t *member, int64_t *counts) {
+    float *floor = malloc(sizeof(float) * M);
+    if (!floor) return -1;
+    const float widen = 1.0f + margin;
+    const __m256 widen8 = _mm256_set1_ps(widen);
+    const int64_t N8 = N / 8 * 8;
+    for (int64_t i = 0; i < M; i++) {
+        const float *a = approx + i * N, *b = bound + i * N;
+        __m256 best8 = _mm256_set1_ps(-INFINITY);
+        for (int64_t n = 0; n < N8; n += 8)
+            best8 = _mm256_max_ps(best8, _mm256_fnmadd_ps(_mm256_loadu_ps(b + n), widen8, _mm256_loadu_ps(a + n)));
+        float lanes[8], best = -INFINITY;
+        _mm256_storeu_ps(lanes, best8);
+        for (int l = 0; l < 8; l++) best = lanes[l] > best ? lanes[l] : best;
+        for (int64_t n = N8; n < N; n++) {
+            const float low = fmaf(-b[n], widen, a[n]);
+            best = low > best ? low : best;
+        }
+        floor[i] = best, counts[i] = 0;
+    }
+    int64_t kept = 0;
+    for (int64_t n0 = 0; n0 < N; n0 += 8) {
+        int any = n0 >= N8; /* the last few rows one by one */
+        for (int64_t i = 0; i < M && !any; i++) {
+            const __m256 high = _mm256_fmadd_ps(_mm256_loadu_ps(bound + i * N + n0), widen8,
+                                                _mm256_loadu_ps(approx + i * N + n0));
+            any = _mm256_movemask_ps(_mm256_cmp_ps(high, _mm256_set1_ps(floor[i]), _CMP_GE_OQ));
+        }
+        if (!any) continue;
+        for (int64_t n = n0; n < N && n < n0 + 8; n++) {
+            int some = 0;
+            for (int64_t i = 0; i < M; i++) some |= fmaf(bound[i * N + n], widen, approx[i * N + n]) >= floor[i];
+            if (!some) continue;
+            for (int64_t i = 0; i < M; i++) {
+                const int mine = fmaf(bound[i * N + n], widen, approx[i * N + n]) >= floor[i];
+                member[i * N + kept] = (uint8_t)mine, counts[i] += mine;
+            }
+            index[kept++] = n;
+        }
+    }
+    free(floor);
+    return kept;
+}
+
+/* The argmax head's second pass: out (M x N, row i at i x N) gets -inf everywhere but at input i's candidates
+ * (member, index and count as hi4_candidates writes them), which get the Q6_K product of x (M x K) with those rows
+ * of w (the file's rows, stride bytes apart): the same row functions, so the same bits, as matmul's over all of them.
+ * The rows lie anywhere: each is asked for HI4_PREFETCH_ROWS ahead. Threads split the rows. */
+#define HI4_PREFETCH_ROWS 4
+TARGET static int hi4_exact_rows(const uint8_t *w, int64_t stride, const int64_t *index, const uint8_t *member,
+                                 int64_t count, const float *x, float *out, int64_t N, int64_t K, int64_t M,
+                                 int threads, int kernel) {
+    act_k *acts = malloc(sizeof(act_k) * (K / QK) * M);
+    const void **rows = malloc(sizeof(void *) * M);
+    if (!acts || !rows) {
+        free(acts), free(rows);
+        return -1;
+    }
+    for (int64_t i = 0; i < M; i++) {
+        rows[i] = acts + i * (K / QK);
+        quantize_row_k(x + i * K, (act_k *)rows[i], K);
+    }
+    for (int64_t i = 0; i < M * N; i++) out[i] = -INFINITY;
+#pragma omp parallel for num_threads(threads) schedule(static)
+    for (int64_t j = 0; j < count; j++) {
+        if (j + HI4_PREFETCH_ROWS < count) {
+            const uint8_t *ahead = w + index[j + HI4_PREFETCH_ROWS] * stride;
+            for (int64_t off = 0; off < stride; off += 64) _mm_prefetch((const char *)(ahead + off), _MM_HINT_T0);
+        }
+        float y[GROUP512 * 4];
+        const int64_t n = index[j];
+        for (int64_t i0 = 0; i0 < M; i0 += GROUP512 * 4) { /* at most 32 inputs a call into y */
+            const int64_t m = M - i0 < GROUP512 * 4 ? M - i0 : GROUP512 * 4;
+            product_row(Q6_K, w + n * stride, rows + i0, m, kernel, K, 0, NULL, y, 1);
+            for (int64_t i = 0; i < m; i++)
+                if (member[(i0 + i) * N + j]) out[(i0 + i) * N + n] = y[i];
+        }
+    }
+    free(acts), free(rows);
+    return 0;
+}
+
+#endif
