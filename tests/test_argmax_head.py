@@ -144,6 +144,14 @@ def test_a_flat_distribution_runs_the_whole_head():
     assert head.last_candidates == [512, 512]
 
 
+def test_a_nan_input_gets_the_full_heads_argmax():
+    """Both products quantise the activation row the same way, whatever it holds, so the bound still holds."""
+    weight = quant.random_quant_matrix("Q6_K", 256, 256, seed=4)
+    x = torch.randn(2, 256) * 3
+    x[0, 7] = float("nan")
+    assert torch.equal(ArgmaxHead(weight).logits(x).argmax(dim=1), weight.matmul(x).argmax(dim=1))
+
+
 def test_bad_heads_and_calls_are_refused_before_any_work():
     with pytest.raises(ValueError, match="Q6_K LM head, got Q8_0"):
         ArgmaxHead(quant.random_quant_matrix("Q8_0", 64, 256))

@@ -89,7 +89,8 @@ class ArgmaxHead:
                                            BOUND_MARGIN, index.data_ptr(), member.data_ptr(), counts.data_ptr())
         self.last_candidates = counts.tolist()
         self.candidates += self.last_candidates
-        if max(self.last_candidates) > FULL_HEAD_SHARE * self.out_features:
+        # no candidate at all would take a NaN logit (no comparison holds): the full head then says what it says
+        if kept == 0 or max(self.last_candidates) > FULL_HEAD_SHARE * self.out_features:
             self.full_head_calls += 1
             return self.head.matmul(x)
         out = torch.empty(rows, self.out_features)
