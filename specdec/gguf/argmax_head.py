@@ -10,8 +10,8 @@ by the Q6_K product itself, whose rows are the same bits whichever rows share a 
 row tied at the maximum is a candidate, and argmax takes the first). Where more than `FULL_HEAD_SHARE` of the rows
 are candidates (a flat distribution) the whole Q6_K head runs instead.
 
-Only for greedy decoding: the other logits are not there, so a session with this head refuses to be sampled from
-(decode.py's loops check `greedy_only`)."""
+Only for greedy decoding: the other logits are not there, so only the decoding loops at temperature 0 turn it on
+(decode.argmax_only, LeanLM.set_argmax_only), for passes of one logit; sampling keeps every logit."""
 
 from __future__ import annotations
 
@@ -21,10 +21,10 @@ from specdec.gguf import quant
 from specdec.gguf.quant import QuantMatrix, available
 
 HI4_BLOCK_BYTES = 146  # specdec/native/_quant_hi4.h
-# The bound is widened by this share of itself for float rounding (_quant_hi4.h: at most 2^-15 of it can move
-# either sum).
+# The bound is widened by this share of itself for float rounding (_quant_hi4.h: the rounding can move either sum by
+# about 2^-16 of it at most).
 BOUND_MARGIN = 2.0 ** -10
-# Above this share of candidate rows the Q6_K head runs whole: gathering that many rows costs about as much.
+# Above this share of candidate rows the Q6_K head runs whole: that many rows read one by one cost about as much.
 FULL_HEAD_SHARE = 0.25
 
 

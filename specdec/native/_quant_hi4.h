@@ -9,8 +9,9 @@
  * the approximate output of a row is sum over blocks of d x da x I / 2, I = sum over 16s of scale x (8 hi.a - 61
  * sum a) (integers, exact in any order), and its bound sum over blocks of 1.5 |d x da| x sum over 16s |scale| x
  * sum |a|. The Q6_K product's output lies within the bound of the approximate one, up to float rounding: both sums'
- * terms are at most 32 / 1.5 times the bound's, and each is rounded a dozen times at 2^-24, so the caller widens the
- * bound by HI4_BOUND_MARGIN (2^-10 of itself, 60 times more than the rounding can move either). The float epilogue
+ * terms are at most 32 / 1.5 times the bound's, and each is rounded a dozen times at 2^-24, so hi4_candidates widens
+ * the bound by a margin (argmax_head.BOUND_MARGIN, 2^-10 of itself: 60 times more than the rounding can move either
+ * sum). hi4_exact_rows then computes the candidate rows' Q6_K products. The float epilogue
  * runs in one order (lanes, then blocks, then hsum8): a row's outputs are the same bits whatever rows share the call
  * and on any thread count, on either variant below (maddubs + madd with AVX2; maddubs + vpdpwssd with AVX-512 VNNI on
  * 256-bit registers). */
