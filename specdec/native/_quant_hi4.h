@@ -52,11 +52,17 @@ TARGET static inline __attribute__((always_inline)) __m256i hi4_scale_pair(__m25
     return _mm256_shuffle_epi8(scales, _mm256_add_epi8(pick, _mm256_set1_epi8((char)(4 * c))));
 }
 
+/* M input rows of K values quantised as the Q6_K product quantises them (quantize_row_k), K / 256 blocks a row, in
+ * one allocation (the caller frees it); NULL where memory ran out. */
+TARGET static act_k *hi4_quantize_inputs(const float *x, int64_t M, int64_t K) {
+    act_k *acts = malloc(sizeof(act_k) * (K / QK) * M);
+    for (int64_t i = 0; acts && i < M; i++) quantize_row_k(x + i * K, acts + i * (K / QK), K);
+    return acts;
+}
+
 /* One weight row against nx (at most GROUPN) inputs: approx[i] and bound[i] (the bound before the margin). MADD(acc,
  * p, s): acc plus the int16 pairs p times the scales s, pairwise summed (exact integers either way). The 8 of 8 hi
- * rides on the scales (8 x 128 and the pair sums' 2 x 15 x 127 stay in int16; a block's lanes under 2^27). Up to 4
- * inputs, the high nibbles' sums run in a chain of their own: one chain of eight dependent multiply-adds a block
- * held a one-input pass to 32 GB/s on an AMD EPYC Zen 4 (the Q6_K product's own streams at 37). */
+ * rides on the scales (8 x 128 and the pair sums' 2 x 15 x 127 stay in int16; a block's lanes under 2^27). */
 #define HI4_ROW(NAME, ISA, GROUPN, MADD)                                                                            \
     ISA static inline __attribute__((always_inline)) void NAME(const uint8_t *w, const act_k *const *x,            \
                                                                const act_l1 *const *l, const int nx,               \
@@ -73,7 +79,7 @@ TARGET static inline __attribute__((always_inline)) __m256i hi4_scale_pair(__m25
             /* piece c's low nibbles (values 32c..32c+31) take scales 2c, 2c+1, its high nibbles (values 128 +      \
              * 32c..) scales 8 + 2c, 9 + 2c */                                                                      \
             const __m256i first8 = _mm256_permute4x64_epi64(sc8, 0x44), last8 = _mm256_permute4x64_epi64(sc8, 0xEE); \
-            __m256i total[GROUPN], high[GROUPN]; /* high: a second chain of sums for up to 4 inputs */             \
+            __m256i total[GROUPN];                                                                                  \
             const __m256i offset = _mm256_mullo_epi16(sc16, _mm256_set1_epi16(-61));                                \
             for (int i = 0; i < nx; i++) /* -61 x scale x (the sum of 16 quants), first */                          \
                 total[i] = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)x[i][b].sums), offset);            \
@@ -87,15 +93,9 @@ TARGET static inline __attribute__((always_inline)) __m256i hi4_scale_pair(__m25
                     const __m256i qa = _mm256_loadu_si256((const __m256i *)(q + 32 * c));                           \
                     const __m256i qb = _mm256_loadu_si256((const __m256i *)(q + 128 + 32 * c));                     \
                     total[i] = MADD(total[i], _mm256_maddubs_epi16(lo, qa), s_a);                                   \
-                    if (nx <= 4)                                                                                    \
-                        high[i] = c ? MADD(high[i], _mm256_maddubs_epi16(hi, qb), s_b)                              \
-                                    : _mm256_madd_epi16(_mm256_maddubs_epi16(hi, qb), s_b);                         \
-                    else                                                                                            \
-                        total[i] = MADD(total[i], _mm256_maddubs_epi16(hi, qb), s_b);                               \
+                    total[i] = MADD(total[i], _mm256_maddubs_epi16(hi, qb), s_b);                                   \
                 }                                                                                                   \
             }                                                                                                       \
-            if (nx <= 4) /* integers: the same sums in any grouping */                                              \
-                for (int i = 0; i < nx; i++) total[i] = _mm256_add_epi32(total[i], high[i]);                        \
             const __m256i abs16 = _mm256_abs_epi16(sc16);                                                           \
             for (int i = 0; i < nx; i++) {                                                                          \
                 const float dd = d * x[i][b].d;                                                                     \
@@ -136,7 +136,7 @@ static const hi4_row_fn hi4_vnni_for[GROUP512 + 1] = {NULL, hi4_row_vnni_1, hi4_
 TARGET static int hi4_matmul(const uint8_t *w, const float *x, float *approx, float *bound, int64_t N, int64_t K,
                              int64_t M, int threads, int kernel) {
     const int64_t blocks = K / QK, stride = blocks * HI4_BLOCK_BYTES;
-    act_k *acts = malloc(sizeof(act_k) * blocks * M);
+    act_k *acts = hi4_quantize_inputs(x, M, K);
     act_l1 *l1 = malloc(sizeof(act_l1) * blocks * M);
     const act_k **xs = malloc(sizeof(act_k *) * M);
     const act_l1 **ls = malloc(sizeof(act_l1 *) * M);
@@ -145,7 +145,6 @@ TARGET static int hi4_matmul(const uint8_t *w, const float *x, float *approx, fl
         return -1;
     }
     for (int64_t i = 0; i < M; i++) {
-        quantize_row_k(x + i * K, acts + i * blocks, K);
         hi4_l1(acts + i * blocks, l1 + i * blocks, blocks);
         xs[i] = acts + i * blocks, ls[i] = l1 + i * blocks;
     }
@@ -202,13 +201,13 @@ TARGET static int64_t hi4_candidates(const float *approx, const float *bound, in
         }
         if (!any) continue;
         for (int64_t n = n0; n < N && n < n0 + 8; n++) {
-            int some = 0;
-            for (int64_t i = 0; i < M; i++) some |= fmaf(bound[i * N + n], widen, approx[i * N + n]) >= floor[i];
-            if (!some) continue;
+            int some = 0; /* each input's verdict goes in slot kept, taken only where some input has the row */
             for (int64_t i = 0; i < M; i++) {
-                const int mine = fmaf(bound[i * N + n], widen, approx[i * N + n]) >= floor[i];
-                member[i * N + kept] = (uint8_t)mine, counts[i] += mine;
+                member[i * N + kept] = fmaf(bound[i * N + n], widen, approx[i * N + n]) >= floor[i];
+                some |= member[i * N + kept];
             }
+            if (!some) continue;
+            for (int64_t i = 0; i < M; i++) counts[i] += member[i * N + kept];
             index[kept++] = n;
         }
     }
@@ -224,16 +223,13 @@ TARGET static int64_t hi4_candidates(const float *approx, const float *bound, in
 TARGET static int hi4_exact_rows(const uint8_t *w, int64_t stride, const int64_t *index, const uint8_t *member,
                                  int64_t count, const float *x, float *out, int64_t N, int64_t K, int64_t M,
                                  int threads, int kernel) {
-    act_k *acts = malloc(sizeof(act_k) * (K / QK) * M);
+    act_k *acts = hi4_quantize_inputs(x, M, K);
     const void **rows = malloc(sizeof(void *) * M);
     if (!acts || !rows) {
         free(acts), free(rows);
         return -1;
     }
-    for (int64_t i = 0; i < M; i++) {
-        rows[i] = acts + i * (K / QK);
-        quantize_row_k(x + i * K, (act_k *)rows[i], K);
-    }
+    for (int64_t i = 0; i < M; i++) rows[i] = acts + i * (K / QK);
     for (int64_t i = 0; i < M * N; i++) out[i] = -INFINITY;
 #pragma omp parallel for num_threads(threads) schedule(static)
     for (int64_t j = 0; j < count; j++) {
