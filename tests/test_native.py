@@ -190,6 +190,25 @@ def test_an_attention_row_is_the_same_bits_whatever_shares_the_call(kv_dtype, he
     torch.testing.assert_close(causal_attention(q, k, v, 0.3), expected, rtol=1e-5, atol=1e-5)
 
 
+
+@needs_native
+@pytest.mark.parametrize("kv_dtype", [torch.float32, torch.bfloat16], ids=["f32", "bf16"])
+@pytest.mark.parametrize("group, kv_heads", [(2, 2), (3, 1), (5, 2), (6, 2), (7, 2), (8, 1), (13, 1)])
+@pytest.mark.parametrize("head_dim", [8, 12, 36, 64])
+def test_query_heads_computed_together_get_each_head_computed_alone_bit_for_bit(kv_dtype, group, kv_heads, head_dim):
+    """The kernel scores and weighs the query heads of a key/value head together (up to 6 at a time, a group split
+    in parts where threads outnumber its tasks): the same bits as each head over its own copy of the cache (group 1),
+    at 1, 2 and 5 threads, the cache strided as a longer buffer's."""
+    torch.manual_seed(group * 100 + head_dim)
+    heads, rows, length = group * kv_heads, 3, 19
+    q = torch.randn(1, heads, rows, head_dim)
+    k, v = (torch.randn(1, kv_heads, length, head_dim + 4).to(kv_dtype)[..., :head_dim] for _ in range(2))
+    alone = at_threads(1, lambda: causal_attention(q, k.repeat_interleave(group, 1), v.repeat_interleave(group, 1),
+                                                   0.3))
+    for threads in (1, 2, 5):
+        together = at_threads(threads, lambda: causal_attention(q, k, v, 0.3))
+        assert torch.equal(together.view(torch.int32), alone.view(torch.int32)), threads
+
 TOKENS = torch.randint(0, 128, (64,), generator=torch.Generator().manual_seed(5)).tolist()
 
 

@@ -28,7 +28,7 @@ static PyObject *py_attention(PyObject *self, PyObject *args) {
         return NULL;
     }
 #ifdef SPECDEC_X86
-    const int64_t per_thread = (L + 7) & ~(int64_t)7;
+    const int64_t per_thread = attend_scratch_floats(L);
     float *scratch = malloc(sizeof(float) * per_thread * threads);
     if (!scratch) return PyErr_NoMemory();
     Py_BEGIN_ALLOW_THREADS

@@ -93,7 +93,7 @@ static int layer(const int64_t *f, const dims_t *c, float *h, int64_t rows, int6
             memcpy(values + (g * c->max_length + pos) * hd, qkv + i * qkv_w + (H + Hkv + g) * hd, sizeof(float) * hd);
         }
     }
-    const int64_t per_thread = (end + 7) & ~(int64_t)7;
+    const int64_t per_thread = attend_scratch_floats(end);
     attend_f32(rot, hd, (H + Hkv) * hd, keys, c->max_length * hd, hd, values, c->max_length * hd, hd, att, hd, hidden,
                H, Hkv, rows, end, hd, c->scale, c->threads, scratch, per_thread);
     if (matmul((int)f[F_O], PTR(f[F_O + 1]), f[F_O + 2], att, NULL, tmp, hidden, hidden, hidden, rows, c->threads,
@@ -122,7 +122,7 @@ static int layer(const int64_t *f, const dims_t *c, float *h, int64_t rows, int6
 static int64_t layer_work(const dims_t *c, int64_t rows, int64_t end) {
     const int64_t H = c->heads, Hkv = c->kv_heads, hd = c->head_dim;
     return rows * (3 * c->hidden + (H + 2 * Hkv) * hd + (H + Hkv) * hd + 3 * c->ffn) +
-           (int64_t)c->threads * ((end + 7) & ~(int64_t)7);
+           (int64_t)c->threads * attend_scratch_floats(end);
 }
 
 static int fail(const char *message, long long layer_index) {
