@@ -870,18 +870,19 @@ static inline void r16_prefetch(const uint8_t *w, int block_bytes, int64_t b, in
 #define R16_AHEAD_BYTES 2048
 
 /* A group function's prefetch at step `part` of the `parts` steps of its inner loop over a block, for nx inputs.
- * With two inputs or more: the lines of the block R16_AHEAD_BYTES on, dealt into `parts` shares, one share a step.
+ * With three inputs or more: the lines of the block R16_AHEAD_BYTES on, dealt into `parts` shares, one share a step.
  * All of a block's lines at once, three blocks on (r16_prefetch: 37 lines for Q4_K, 53 for Q6_K), filled the core's
  * miss buffers and the arithmetic waited behind them, so that a product from memory took about the sum of its
  * reading and its arithmetic, not the larger. AMD EPYC Zen 4, C harness, two threads, interleaved: the 28 Q4_K ffn
  * gate|up products at 5 inputs 15.2-17.4 against 23.8-27.1 ms, the 14 Q6_K ffn_down in groups at 3 inputs 6.7
  * against 10.8 (the plain read of their bytes 4.4); a whole verify pass, one process, alternating: 0.97 of the time
  * at 3 positions and 0.85 at 5 (experiments/cpu-lead, eighth run). With one input, whose arithmetic is short, all at
- * the first step as before: dealt out, a one-token step took 8-20% longer. Every line asked for lies inside that
- * block. */
+ * the first step as before: dealt out, a one-token step took 8-20% longer. Two inputs alike: all at once, a pass of
+ * two positions took 0.90 of the time dealt out, three and more 0.99-1.14 (experiments/cpu-lead, twelfth run).
+ * Every line asked for lies inside that block. */
 static inline void r16_prefetch_step(const uint8_t *w, int block_bytes, int64_t b, int64_t room, int nx, int part,
                                      int parts) {
-    if (nx == 1) {
+    if (nx <= 2) {
         if (part == 0)
             r16_prefetch(w, block_bytes, b, room);
         return;

@@ -10,8 +10,11 @@ from pathlib import Path
 
 NATIVE_MODULES = ("_linear", "_attention", "_quant", "_rowops", "_layers")
 # -ffp-contract=off: no multiply-add is fused unless the source says so (fmaf, _mm256_fmadd_ps), so the float
-# operations are the ones written, in every module and with every compiler default
-COMPILE_ARGS = ["-O3", "-fopenmp", "-ffp-contract=off"]
+# operations are the ones written, in every module and with every compiler default. -fno-wrapv: Python's own CFLAGS,
+# which setuptools puts first, carry -fwrapv (signed overflow defined to wrap), and under it the fused layers took
+# 1.1-1.3x as long at one and two positions (AMD EPYC Zen 4, experiments/cpu-lead, twelfth run); no value changes,
+# since the sources never overflow a signed integer.
+COMPILE_ARGS = ["-O3", "-fopenmp", "-ffp-contract=off", "-fno-wrapv"]
 LINK_ARGS = ["-fopenmp"]
 
 
