@@ -878,8 +878,8 @@ static inline void r16_prefetch(const uint8_t *w, int block_bytes, int64_t b, in
  * against 10.8 (the plain read of their bytes 4.4); a whole verify pass, one process, alternating: 0.97 of the time
  * at 3 positions and 0.85 at 5 (experiments/cpu-lead, eighth run). With one input, whose arithmetic is short, all at
  * the first step as before: dealt out, a one-token step took 8-20% longer. Two inputs alike: all at once, a pass of
- * two positions took 0.90 of the time dealt out, three and more 0.99-1.14 (experiments/cpu-lead, twelfth run).
- * Every line asked for lies inside that block. */
+ * two positions took 0.90-0.96 of the time dealt out, while three inputs all at once took 1.14-1.16x
+ * (experiments/cpu-lead, twelfth run). Every line asked for lies inside that block. */
 static inline void r16_prefetch_step(const uint8_t *w, int block_bytes, int64_t b, int64_t room, int nx, int part,
                                      int parts) {
     if (nx <= 2) {
