@@ -865,24 +865,25 @@ static inline void r16_prefetch(const uint8_t *w, int block_bytes, int64_t b, in
             _mm_prefetch((const char *)(w + R16_AHEAD * block_bytes + off), _MM_HINT_T0);
 }
 
-/* How far ahead of the block being multiplied the group functions ask for the weights, in bytes: the blocks ahead
- * that hold at least this many (one Q4_K or Q6_K block of a group, six Q5_0, four Q8_0). */
-#define R16_AHEAD_BYTES 2048
+/* How far ahead of the block being multiplied the group functions ask for the weights, in bytes, with two inputs or
+ * more: the blocks ahead that hold at least this many (four Q4_K blocks of a group, three Q6_K, 24 Q5_0, 16 Q8_0). */
+#define R16_AHEAD_BYTES 8192
 
 /* A group function's prefetch at step `part` of the `parts` steps of its inner loop over a block, for nx inputs.
- * With three inputs or more: the lines of the block R16_AHEAD_BYTES on, dealt into `parts` shares, one share a step.
- * All of a block's lines at once, three blocks on (r16_prefetch: 37 lines for Q4_K, 53 for Q6_K), filled the core's
- * miss buffers and the arithmetic waited behind them, so that a product from memory took about the sum of its
- * reading and its arithmetic, not the larger. AMD EPYC Zen 4, C harness, two threads, interleaved: the 28 Q4_K ffn
- * gate|up products at 5 inputs 15.2-17.4 against 23.8-27.1 ms, the 14 Q6_K ffn_down in groups at 3 inputs 6.7
- * against 10.8 (the plain read of their bytes 4.4); a whole verify pass, one process, alternating: 0.97 of the time
- * at 3 positions and 0.85 at 5 (experiments/cpu-lead, eighth run). With one input, whose arithmetic is short, all at
- * the first step as before: dealt out, a one-token step took 8-20% longer. Two inputs alike: all at once, a pass of
- * two positions took 0.90-0.96 of the time dealt out, while three inputs all at once took 1.14-1.16x
- * (experiments/cpu-lead, twelfth run). Every line asked for lies inside that block. */
+ * - One input: all of the block R16_AHEAD blocks on at the first step (r16_prefetch), into L1. Its arithmetic is
+ *   short; dealt out, a one-token step took 8-20% longer (eighth run), and 15% longer in the thirteenth.
+ * - Two inputs or more: the lines of the block R16_AHEAD_BYTES on, dealt into `parts` shares, one share a step, and
+ *   into L2 only (_MM_HINT_T1). All of a block's lines at once (37 for Q4_K, 53 for Q6_K) filled the core's miss
+ *   buffers, and the arithmetic waited behind them (eighth run). Asked into L1, 2 KB on, the lines came too late
+ *   to hide the reading behind the arithmetic of three inputs or more: a pass took about the sum of the two.
+ *   AMD EPYC Zen 4, whole verify passes of the 1.5B, one process, builds swapped per round, 16 rounds: into L2 8 KB
+ *   on against into L1 2 KB on (two inputs all at once) 0.83 of the time at 2 positions, 0.78 at 3, 0.84 at 4,
+ *   0.86 at 5, 0.94 at 7; 4 KB on 7% slower at 3 positions, 6, 12 and 16 KB within 3%; into L1 8 KB on no
+ *   better than 2 KB; into L3 (_MM_HINT_T2) as into L2; the 0.5B draft 0.83-0.97 (experiments/cpu-lead, thirteenth run).
+ * Every line asked for lies inside that block. A prefetch changes no value. */
 static inline void r16_prefetch_step(const uint8_t *w, int block_bytes, int64_t b, int64_t room, int nx, int part,
                                      int parts) {
-    if (nx <= 2) {
+    if (nx == 1) {
         if (part == 0)
             r16_prefetch(w, block_bytes, b, room);
         return;
@@ -892,7 +893,7 @@ static inline void r16_prefetch_step(const uint8_t *w, int block_bytes, int64_t 
         return;
     const uint8_t *block = w + (int64_t)ahead * block_bytes;
     for (int off = 64 * part; off < block_bytes; off += 64 * parts) /* lines part, part + parts, ...: no division */
-        _mm_prefetch((const char *)(block + off), _MM_HINT_T0);
+        _mm_prefetch((const char *)(block + off), _MM_HINT_T1);
 }
 
 /* The first n rows of eight accumulators each (the AMX tiles' acc[output][l]) set to zero. */
