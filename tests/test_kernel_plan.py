@@ -10,6 +10,7 @@ from specdec.gguf import kernel_plan, quant
 from specdec.gguf.kernel_plan import HEAD, KernelPlan
 from specdec.gguf.lean import LeanLM, product_kernel
 from specdec.gguf.model import read_gguf
+from specdec.gguf.quant import QuantMatrix
 from specdec.testing import tiny_gguf
 
 pytestmark = pytest.mark.skipif(not quant.available(), reason="specdec.native._quant not available here")
@@ -55,6 +56,9 @@ def test_a_measured_plan_loads_the_file_in_its_layouts_is_cached_and_keeps_the_b
     assert again.plan.source == "cache" and again.plan.layouts == plan.layouts and again.plan.kernel == plan.kernel
     entries = json.loads(kernel_plan.cache_path().read_text())
     assert list(entries) == [kernel_plan.machine_key()]
+    monkeypatch.setattr(kernel_plan, "RULES", kernel_plan.RULES + 1)  # other rules of choosing: measured again
+    assert kernel_plan.cached_plan(path) is None and read_gguf(path).plan.source == "measured"
+    monkeypatch.setattr(kernel_plan, "RULES", kernel_plan.RULES - 1)
 
     monkeypatch.setenv(kernel_plan.PLAN_ENV, "off")
     quant.set_planned_kernel(None)
@@ -118,8 +122,8 @@ def test_the_default_stays_unless_a_candidate_is_clearly_faster(plans_on, monkey
 
 
 def test_a_class_faster_in_other_layouts_at_one_row_and_at_four_keeps_both(plans_on, monkeypatch):
-    """Q6_K faster in rows at 1 row and in groups at 4 (each by more than MARGIN): the plan keeps both, rows for a
-    step and groups for a verify pass; a class whose winner is the same at both, and the head, keep one."""
+    """Every class faster in rows at 1 row and in groups at 4 (each by more than MARGIN), the head too: the plan
+    keeps both, rows for a step and groups for a verify pass; a gain under MARGIN keeps one."""
     matrices = {"Q4_K": [quant.random_quant_matrix("Q4_K", 32, 256)],
                 "Q6_K": [quant.random_quant_matrix("Q6_K", 32, 256)], HEAD: [quant.random_quant_matrix("Q6_K", 32,
                                                                                                        256)]}
@@ -130,50 +134,63 @@ def test_a_class_faster_in_other_layouts_at_one_row_and_at_four_keeps_both(plans
     monkeypatch.setattr(kernel_plan, "_time_class", scores({}, {one: {(last, "rows"): 8.0}, many: {}}))
     plan = kernel_plan.measure(plans_on / "x.gguf", matrices)
     assert plan.kernel == last
-    assert plan.layouts == {"Q4_K": "rows", "Q6_K": "rows", HEAD: "rows"}  # the head: one copy, by its score
-    assert plan.verify_layouts == {"Q4_K": "r16", "Q6_K": "r16"}
-    assert plan.verify_layout("Q6_K", "Q6_K", 32) == "r16" and plan.verify_layout(HEAD, "Q6_K", 32) is None
+    assert plan.layouts == {"Q4_K": "rows", "Q6_K": "rows", HEAD: "rows"}
+    assert plan.verify_layouts == {"Q4_K": "r16", "Q6_K": "r16", HEAD: "r16"}
+    assert plan.verify_layout("Q6_K", "Q6_K", 32) == "r16" and plan.verify_layout(HEAD, "Q6_K", 32) == "r16"
     assert plan.verify_layout("Q6_K", "Q6_K", 24) is None  # no whole groups of 16: the one copy
-    assert plan.as_record()["verify_layouts"] == {"Q4_K": "r16", "Q6_K": "r16"}
-    assert plan.label() == f"{last}+verify-Q4_K-r16+verify-Q6_K-r16"
+    assert plan.as_record()["verify_layouts"] == {"Q4_K": "r16", "Q6_K": "r16", HEAD: "r16"}
+    assert plan.label() == f"{last}+verify-Q4_K-r16+verify-Q6_K-r16+verify-head-r16"
     monkeypatch.setattr(kernel_plan, "_time_class", scores({}, {one: {(last, "rows"): 9.9}, many: {}}))
     assert kernel_plan.measure(plans_on / "x.gguf", matrices).verify_layouts == {}  # 1%: noise, one copy
 
 
 def test_a_model_with_verify_layouts_runs_them_on_passes_of_several_rows_with_the_same_bits(plans_on, monkeypatch):
-    """A plan naming Q6_K in rows for a step and in groups for a verify pass: the model keeps a second copy of the
-    Q6_K products, sessions run it (fused and Python forward) on passes of 2 rows or more, and every logit is the
-    bits of a model in one layout, at 1, 3 and 5 rows; the cache round-trips the verify layouts."""
+    """A plan naming Q6_K and the head in rows for a step and in groups for a verify pass: the model keeps a second
+    copy of the Q6_K products and of the head, sessions run them (fused and Python forward) on passes of 2 rows or
+    more (the head: of 2 logits or more), and every logit is the bits of a model in one layout, at 1, 3 and 5 rows;
+    the cache round-trips the verify layouts."""
     import specdec.gguf.model as model_module
 
     kernel = quant.kernels()[-1]
     if kernel == "avx2":
         pytest.skip("no grouped layout on this machine's kernels")
     path = tiny_gguf(plans_on / "m.gguf", types=TYPES, hidden=256, ffn=512)
-    forced = KernelPlan(kernel, {"Q4_K": "r16", "Q6_K": "rows", HEAD: "rows"}, verify_layouts={"Q6_K": "r16"},
-                        source="measured")
+    forced = KernelPlan(kernel, {"Q4_K": "r16", "Q6_K": "rows", HEAD: "rows"},
+                        verify_layouts={"Q6_K": "r16", HEAD: "r16"}, source="measured")
     monkeypatch.setattr(model_module, "plan_for", lambda path, classes: forced)
     model = read_gguf(path)
     assert model.layers[1].down.layout == "rows" and model.verify_layers[1].down.layout == "r16"
     assert model.verify_layers[1].gate_up[0] is model.layers[1].gate_up[0]  # Q4_K: one copy
     assert model.layers_for(1) is model.layers and model.layers_for(3) is model.verify_layers
+    assert model.output.layout == "rows" and model.verify_output.layout == "r16"
+    assert model.head_for(1) is model.output and model.head_for(3) is model.verify_output
     monkeypatch.setattr(model_module, "plan_for", lambda path, classes: KernelPlan(kernel, {"Q4_K": "r16",
                                                                                           "Q6_K": "rows",
                                                                                           HEAD: "rows"}))
     single = read_gguf(path)
-    assert single.verify_layers is None
+    assert single.verify_layers is None and single.verify_output is None and single.head_for(3) is single.output
+    heads = []  # the head each pass ran
+    original = QuantMatrix.matmul
+    monkeypatch.setattr(QuantMatrix, "matmul", lambda self, *a, **k: heads.append(self) or original(self, *a, **k))
     with quant.use_kernel(kernel):
         for fused in (True, False):
             a, b = LeanLM(model, max_length=64, fused=fused), LeanLM(single, max_length=64, fused=fused)
             for tokens in ([3, 4, 5, 6, 7], [8], [9, 10, 11], [12], [13, 14, 15, 16, 17]):
-                x, y = a.extend(tokens, len(tokens)), b.extend(tokens, len(tokens))
+                heads.clear()
+                x = a.extend(tokens, len(tokens))
+                assert heads[-1] is (model.output if len(tokens) == 1 else model.verify_output)
+                y = b.extend(tokens, len(tokens))
                 assert torch.equal(x.view(torch.int32), y.view(torch.int32))
         session = LeanLM(model, max_length=64)
         assert session._fused_verify is not session._fused
+        session.limit_head_vocab(64)  # a draft's head: one copy, limited, for every pass
+        heads.clear()
+        session.extend([3, 4, 5], 3)
+        assert heads[-1].out_features == 64 and heads[-1] is not model.verify_output
     assert kernel_plan.cached_plan(path) is None  # the forced plan was never measured, so never cached
     entries = {kernel_plan.machine_key(): {kernel_plan._file_key(path, None): forced.as_record()}}
     kernel_plan._write_cache(entries)
-    assert kernel_plan.cached_plan(path).verify_layouts == {"Q6_K": "r16"}
+    assert kernel_plan.cached_plan(path).verify_layouts == {"Q6_K": "r16", HEAD: "r16"}
 
 
 def test_the_label_names_each_class_off_the_layers_layout():

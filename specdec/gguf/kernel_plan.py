@@ -15,10 +15,11 @@ two medians.
 The kernel runs the whole process, because one native call runs a pass's layers. It is the one whose classes'
 best scores sum lowest. Each class then takes its best layout on that kernel. A candidate replaces the default (the
 last kernel of `quant.kernels()`, groups of 16 rows where the kernel has them) only when it scores at least MARGIN
-lower, so noise does not flip a plan. A layers' class whose best layout at 1 row and best at 4 rows differ, each by
-MARGIN, keeps both (`verify_layouts`): the model holds that class's matrices twice, and passes of 2 rows or more run
-the second copy (AMD EPYC Zen 4: Q6_K in the file's rows for a step, in groups for a verify pass). Both give the
-same bits.
+lower, so noise does not flip a plan. A class whose best layout at 1 row and best at 4 rows differ, each by MARGIN,
+keeps both (`verify_layouts`): the model holds that class's matrices twice, and passes of 2 rows or more run the
+second copy (the head: passes of 2 logits or more). AMD EPYC Zen 4: the Q6_K layers and the Q6_K head in the
+file's rows for a step, in groups for a verify pass; the 1.5B file's second head is 191 MB more memory. Both copies
+give the same bits.
 
 Plans are cached as JSON, written atomically, in $SPECDEC_CACHE or ~/.cache/specdec. The steps' kernel name and
 provenance record them. Files under MIN_BYTES of weights (the tests' tiny models) take the default without
@@ -49,13 +50,15 @@ REPEATS = 5
 MARGIN = 0.05         # a candidate must beat the default by this fraction to replace it (copies of one matrix
                       # in other memory differ by a few percent on a busy host: not a reason)
 HEAD = "head"
+RULES = 2             # how a plan is chosen from its timings; a plan cached under other rules is measured again
+                      # (2: the head may keep a second copy for passes of several logits, as the layers' classes)
 
 
 @dataclass(frozen=True)
 class KernelPlan:
     """kernel: the product kernel the process runs; layouts: class -> "rows" or "r16" (a class not named takes
-    `quant.preferred_layout`'s); verify_layouts: layers' class -> the layout of its second copy, for passes of 2 rows
-    or more (only the classes that have one); scores: class -> candidate ("kernel/layout") -> ms (the measurement,
+    `quant.preferred_layout`'s); verify_layouts: class -> the layout of its second copy, for passes of 2 rows or more
+    (the head's: of 2 logits or more; only the classes that have one); scores: class -> candidate ("kernel/layout") -> ms (the measurement,
     for provenance); source: "default", "measured" or "cache"."""
 
     kernel: str
@@ -124,8 +127,8 @@ def cache_path() -> Path:
 
 
 def machine_key(threads: int | None = None) -> str:
-    """The CPU (model name, family, model), the kernels it runs, the thread count (this process's unless given) and
-    the native build: a plan holds for these only."""
+    """The CPU (model name, family, model), the kernels it runs, the thread count (this process's unless given), the
+    native build and the RULES of choosing: a plan holds for these only."""
     from specdec.native.build import kernel_build
 
     info = {}
@@ -138,7 +141,7 @@ def machine_key(threads: int | None = None) -> str:
         pass
     cpu = "/".join(info.get(k, "?") for k in ("model name", "cpu family", "model"))
     threads = threads or torch.get_num_threads()
-    return f"{cpu}|{','.join(quant.kernels())}|threads {threads}|{kernel_build()}"
+    return f"{cpu}|{','.join(quant.kernels())}|threads {threads}|{kernel_build()}|rules {RULES}"
 
 
 def _file_key(path: Path, kernel: str | None) -> str:
@@ -234,7 +237,7 @@ def measure(path, classes: dict[str, list[QuantMatrix]], kernel: str | None = No
     layouts, verify_layouts = {}, {}
     for cls in scores:
         one, many = best_layout(cls, chosen, ROWS[0])[0], best_layout(cls, chosen, ROWS[-1])[0]
-        if cls != HEAD and one != many:  # the head keeps one copy: a second would cost its bytes again
+        if one != many:
             layouts[cls], verify_layouts[cls] = one, many
         else:
             layouts[cls] = best_layout(cls, chosen)[0]

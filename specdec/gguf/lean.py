@@ -9,7 +9,8 @@ product, one native silu(gate) * up, down, and the two residual adds. A decoding
 same sequence for every layer in one native call (specdec/gguf/fused_layers.py: the same kernels, the same bits); a
 prompt pass runs it here, layer by layer. A one-token step runs the model's `layers`; a pass of 2 rows or more runs
 its `verify_layers` where the kernel plan keeps a second copy of a class in the layout faster at several rows
-(`GGUFModel.layers_for`): the same bits either way.
+(`GGUFModel.layers_for`), and a pass of 2 logits or more the model's second head where it has one
+(`GGUFModel.head_for`): the same bits either way.
 
 Batch invariance: every product runs on `QuantMatrix.matmul` (order-fixed per output, whatever the row count and
 thread count, where the native kernel runs), passes of up to `attention.INVARIANT_ROWS` rows on the native
@@ -116,6 +117,7 @@ class LeanLM(KeepsFeatures):
         self.head_vocab: int | None = None  # limit_head_vocab
         self.head_type: str | None = None  # requantize_head
         self._head = self.model.output
+        self._verify_head = self.model.head_for(2)  # passes of 2 logits or more (GGUFModel.head_for)
         self._argmax_head: ArgmaxHead | None = None  # use_argmax_head
         self.argmax_only = False  # set_argmax_only
 
@@ -133,10 +135,10 @@ class LeanLM(KeepsFeatures):
         if isinstance(vocab, bool) or not isinstance(vocab, int) or not 2 <= vocab <= self.vocab_size:
             raise ValueError(f"a head vocabulary must be an integer in 2..{self.vocab_size}, got {vocab!r}")
         head, whole = self.model.output, self.model.output.rows_per_group
-        self._head = head.first_rows(min(-(-vocab // whole) * whole, head.out_features))
+        self._head = self._verify_head = head.first_rows(min(-(-vocab // whole) * whole, head.out_features))
         self.head_vocab = vocab
         if self.head_type is not None:  # the rows now kept, in the type asked for
-            self._head = self._head.requantized(self.head_type)
+            self._head = self._verify_head = self._head.requantized(self.head_type)
 
     def requantize_head(self, qtype: str) -> None:
         """From now on this session's LM head rows (those `limit_head_vocab` keeps) are held in `qtype` (one of
@@ -144,7 +146,7 @@ class LeanLM(KeepsFeatures):
         head in Q5_0: 35% fewer) for logits a second rounding away from the file's. Only for a draft: exactness
         holds whatever the draft proposes, acceptance may move. Takes seconds (the gguf package's quantiser)."""
         self._refuse_with_argmax_head("requantize_head")
-        self._head = self._head.requantized(qtype)
+        self._head = self._verify_head = self._head.requantized(qtype)  # a draft's head: one copy
         self.head_type = qtype
 
     def _refuse_with_argmax_head(self, what: str) -> None:
@@ -253,7 +255,7 @@ class LeanLM(KeepsFeatures):
         if self.argmax_only and n_logits <= ARGMAX_HEAD_MAX_ROWS:
             logits = self._argmax_head.logits(last)
         else:
-            logits = self._head.matmul(last)
+            logits = (self._head if n_logits == 1 else self._verify_head).matmul(last)
         if self.head_vocab is not None:  # the other ids' logits: -inf (q zero there)
             logits = torch.cat([logits[:, :self.head_vocab],
                                 logits.new_full((n_logits, self.vocab_size - self.head_vocab), float("-inf"))], dim=1)

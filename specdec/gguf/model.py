@@ -86,10 +86,17 @@ class GGUFModel:
     # the layers that passes of 2 rows or more run, where the plan lays a class out otherwise for them (its product
     # calls in that layout, the rest shared with `layers`); None: every pass runs `layers`
     verify_layers: list[LayerWeights] | None = None
+    # the LM head that passes of 2 logits or more run, where the plan lays the head out otherwise for them (a copy of
+    # `output`); None: every pass runs `output`
+    verify_output: QuantMatrix | None = None
 
     def layers_for(self, rows: int) -> list[LayerWeights]:
         """The layers a pass of `rows` rows runs: the same bits whichever copy (every layout gives them)."""
         return self.layers if rows == 1 or self.verify_layers is None else self.verify_layers
+
+    def head_for(self, logits: int) -> QuantMatrix:
+        """The LM head a pass asking for `logits` rows of logits runs: the same bits whichever copy."""
+        return self.output if logits == 1 or self.verify_output is None else self.verify_output
 
     @property
     def tied(self) -> bool:
@@ -318,11 +325,14 @@ def read_gguf(path: str | os.PathLike) -> GGUFModel:
     plan = plan_for(path, lambda: _plan_classes(tensors, config.layers, tied))
     embedding = _matrices(tensors, ["token_embd.weight"], multiplied=tied, plan=plan, role=HEAD)[0][0]
     layers = [_layer(tensors, i, plan) for i in range(config.layers)]
+    output = embedding if tied else _matrices(tensors, ["output.weight"], plan=plan, role=HEAD)[0][0]
+    head_layout = plan.verify_layout(HEAD, output.qtype, output.out_features) if plan is not None else None
+    layer_classes = set(plan.verify_layouts) - {HEAD} if plan is not None else set()
     return GGUFModel(
         config=config, embedding=embedding, layers=layers, output_norm=_vector(tensors["output_norm.weight"]),
-        output=embedding if tied else _matrices(tensors, ["output.weight"], plan=plan, role=HEAD)[0][0],
-        path=str(path), plan=plan,
-        verify_layers=[_verify_layer(w, plan) for w in layers] if plan is not None and plan.verify_layouts else None)
+        output=output, path=str(path), plan=plan,
+        verify_layers=[_verify_layer(w, plan) for w in layers] if layer_classes else None,
+        verify_output=output.in_layout(head_layout) if head_layout not in (None, output.layout) else None)
 
 
 def _verify_layer(w: LayerWeights, plan: KernelPlan) -> LayerWeights:
