@@ -58,8 +58,8 @@ RULES = 2             # how a plan is chosen from its timings; a plan cached und
 class KernelPlan:
     """kernel: the product kernel the process runs; layouts: class -> "rows" or "r16" (a class not named takes
     `quant.preferred_layout`'s); verify_layouts: class -> the layout of its second copy, for passes of 2 rows or more
-    (the head's: of 2 logits or more; only the classes that have one); scores: class -> candidate ("kernel/layout") -> ms (the measurement,
-    for provenance); source: "default", "measured" or "cache"."""
+    (the head's: of 2 logits or more; only the classes that have one); scores: class -> candidate ("kernel/layout")
+    -> ms (the measurement, for provenance); source: "default", "measured" or "cache"."""
 
     kernel: str
     layouts: dict[str, str] = field(default_factory=dict)

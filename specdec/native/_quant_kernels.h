@@ -879,7 +879,8 @@ static inline void r16_prefetch(const uint8_t *w, int block_bytes, int64_t b, in
  *   AMD EPYC Zen 4, whole verify passes of the 1.5B, one process, builds swapped per round, 16 rounds: into L2 8 KB
  *   on against into L1 2 KB on (two inputs all at once) 0.83 of the time at 2 positions, 0.78 at 3, 0.84 at 4,
  *   0.86 at 5, 0.94 at 7; 4 KB on 7% slower at 3 positions, 6, 12 and 16 KB within 3%; into L1 8 KB on no
- *   better than 2 KB; into L3 (_MM_HINT_T2) as into L2; the 0.5B draft 0.83-0.97 (experiments/cpu-lead, thirteenth run).
+ *   better than 2 KB; into L3 (_MM_HINT_T2) as into L2; the 0.5B draft 0.83-0.97 (experiments/cpu-lead,
+ *   thirteenth run).
  * Every line asked for lies inside that block. A prefetch changes no value. */
 static inline void r16_prefetch_step(const uint8_t *w, int block_bytes, int64_t b, int64_t room, int nx, int part,
                                      int parts) {
