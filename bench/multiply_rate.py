@@ -1,13 +1,19 @@
 """The integer multiply-add rate of this CPU's vector units: the ceiling a compute-bound product (a prompt pass, a
 verify pass of many rows) is measured against.
 
-    python bench/multiply_rate.py [--instructions zmm-vpdpbusd ymm-vpmaddubsw ...] [--cores 2] [--out rate.csv]
+    python bench/multiply_rate.py [--instructions zmm-vpdpbusd ymm-vpmaddubsw ...] [--beside vpternlogd ...]
+                                  [--cores 2] [--out rate.csv]
 
 Each instruction runs on 12 independent accumulators (more than its latency times its ports need), one process
 pinned to each core, every core at once (a CPU may lower its clock when all its cores run wide instructions).
 Prints instructions and multiply-adds per second per core (median over cores); --out writes one row per instruction
 and core (CSV, atomically). Compiles its probe with gcc; runs only the instructions this CPU has (/proc/cpuinfo
-flags). Run it alone on the machine."""
+flags). Run it alone on the machine.
+
+--beside also runs each instruction with one 512-bit companion after each of its 12 (on registers of their own, no
+dependence between them) and prints the share of a multiply's slot each companion takes: 0 where the two issue in
+the same cycle, 1 where the companion waits for the multiplier as another multiply would (the rate of a kernel that
+mixes them is then the count of its instructions weighted so, over this rate: bench/verify_roofline.py)."""
 
 from __future__ import annotations
 
@@ -35,6 +41,29 @@ INSTRUCTIONS = {
     "ymm-vpmulld": (8, {"avx2"}, "vpmulld", "ymm"),
 }
 ACCUMULATORS = 12
+# name: (the /proc/cpuinfo flags it needs, its form on the companion's register {j}); 512-bit, as in the group
+# functions (specdec/native/_quant_groups.h)
+COMPANIONS = {
+    "vpandd": ({"avx512f"}, "vpandd %%zmm14, %%zmm15, %%zmm{j}"),
+    "vpsrlw": ({"avx512bw"}, "vpsrlw $4, %%zmm15, %%zmm{j}"),
+    "vpternlogd": ({"avx512f"}, "vpternlogd $0xf8, %%zmm14, %%zmm15, %%zmm{j}"),
+    "vpshufb": ({"avx512bw"}, "vpshufb %%zmm14, %%zmm15, %%zmm{j}"),
+    "vpbroadcastd-load": ({"avx512f"}, "vpbroadcastd (%1), %%zmm{j}"),
+    "vcvtdq2ps": ({"avx512f"}, "vcvtdq2ps %%zmm15, %%zmm{j}"),
+    "vfmadd231ps": ({"avx512f"}, "vfmadd231ps %%zmm14, %%zmm15, %%zmm{j}"),
+    "vpmulld": ({"avx512f"}, "vpmulld %%zmm14, %%zmm15, %%zmm{j}"),
+    "vpdpwssd": ({"avx512_vnni"}, "vpdpwssd %%zmm14, %%zmm15, %%zmm{j}"),
+    "vpmaddubsw": ({"avx512bw"}, "vpmaddubsw %%zmm14, %%zmm15, %%zmm{j}"),
+    "vpmaddwd": ({"avx512bw"}, "vpmaddwd %%zmm14, %%zmm15, %%zmm{j}"),
+    "vmulps": ({"avx512f"}, "vmulps %%zmm14, %%zmm15, %%zmm{j}"),
+    "vaddps": ({"avx512f"}, "vaddps %%zmm14, %%zmm15, %%zmm{j}"),
+    "vpaddd": ({"avx512f"}, "vpaddd %%zmm14, %%zmm15, %%zmm{j}"),
+    "vpsllw": ({"avx512bw"}, "vpsllw $4, %%zmm15, %%zmm{j}"),
+    "vpmovsxbw": ({"avx512bw"}, "vpmovsxbw %%ymm15, %%zmm{j}"),
+    "vpmovzxbd": ({"avx512f"}, "vpmovzxbd %%xmm15, %%zmm{j}"),
+    "vcvtph2ps": ({"avx512f"}, "vcvtph2ps %%ymm15, %%zmm{j}"),
+}
+COMPANION_BASE = 16  # the companions' registers: zmm16 .. zmm27, apart from the multiplies' zmm0 .. zmm11
 
 
 def cpu_flags() -> set[str]:
@@ -45,42 +74,63 @@ def runnable(flags: set[str]) -> list[str]:
     return [name for name, (_, needs, _, _) in INSTRUCTIONS.items() if needs <= flags]
 
 
+def runnable_companions(flags: set[str]) -> list[str]:
+    return [name for name, (needs, _) in COMPANIONS.items() if needs <= flags]
+
+
 def _symbol(name: str) -> str:
-    return name.replace("-", "_")
+    return name.replace("-", "_").replace("+", "__")
 
 
-def _loop(name: str) -> str:
-    """A C function running `n` rounds of ACCUMULATORS independent instructions (inline assembly: the compiler
-    neither spills the accumulators nor merges them) and returning the seconds taken."""
+def _loop(name: str, beside: str | None = None) -> str:
+    """A C function running `n` rounds of ACCUMULATORS independent instructions, each followed by its companion
+    where `beside` names one (inline assembly: the compiler neither spills the accumulators nor merges them), and
+    returning the seconds taken."""
     _, _, instruction, reg = INSTRUCTIONS[name]
-    body = "".join(f'"{instruction} %%{reg}14, %%{reg}15, %%{reg}{i}\\n"\n' for i in range(ACCUMULATORS))
-    clobbers = ", ".join(f'"xmm{i}"' for i in list(range(ACCUMULATORS)) + [14, 15])
+    companion = COMPANIONS[beside][1] if beside else None
+    body = "".join(f'"{instruction} %%{reg}14, %%{reg}15, %%{reg}{i}\\n"\n'
+                   + (f'"{companion.format(j=COMPANION_BASE + i)}\\n"\n' if companion else "")
+                   for i in range(ACCUMULATORS))
+    registers = list(range(ACCUMULATORS)) + [14, 15]
+    if companion:
+        registers += [COMPANION_BASE + i for i in range(ACCUMULATORS)]
+    clobbers = ", ".join(f'"xmm{i}"' for i in registers)
     return f"""
-static double {_symbol(name)}(long n) {{
+static double {_symbol(pair_name(name, beside))}(long n) {{
     double t = now();
     __asm__ volatile("vpxor %%xmm14, %%xmm14, %%xmm14\\n vpxor %%xmm15, %%xmm15, %%xmm15\\n 1:\\n"
-{body}        "dec %0\\n jnz 1b\\n" : "+r"(n) :: {clobbers});
+{body}        "dec %0\\n jnz 1b\\n" : "+r"(n) : "r"(scratch) : {clobbers});
     return now() - t;
 }}
 """
 
 
-def probe_source(names: list[str]) -> str:
-    dispatch = "".join(f'    if (!strcmp(argv[1], "{name}")) s = {_symbol(name)}(n);\n' for name in names)
+def pair_name(name: str, beside: str | None) -> str:
+    """The probe's name for an instruction alone or with a companion."""
+    return f"{name}+{beside}" if beside else name
+
+
+def probe_source(names: list[str], companions: list[str] = ()) -> str:
+    runs = [(name, None) for name in names] + [(name, beside) for name in names for beside in companions]
+    dispatch = "".join(f'    if (!strcmp(argv[1], "{pair_name(*run)}")) s = {_symbol(pair_name(*run))}(n);\n'
+                       for run in runs)
     return ("#include <stdio.h>\n#include <stdlib.h>\n#include <string.h>\n#include <time.h>\n"
             "static double now(void) { struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t); "
             "return t.tv_sec + t.tv_nsec * 1e-9; }\n"
-            + "".join(_loop(name) for name in names)
+            "static int scratch[16]; /* what the loads among the companions read */\n"
+            + "".join(_loop(*run) for run in runs)
             + "int main(int argc, char **argv) {\n    long n = atol(argv[2]); double s = -1;\n" + dispatch
             + '    if (s < 0) return 2;\n    printf("%.9f\\n", s);\n    return 0;\n}\n')
 
 
-def build_probe(names: list[str], where: Path) -> Path:
+def build_probe(names: list[str], where: Path, companions: list[str] = ()) -> Path:
     if shutil.which("gcc") is None:
         sys.exit("multiply_rate: needs gcc to build its probe")
     source, binary = where / "probe.c", where / "probe"
-    source.write_text(probe_source(names))
-    subprocess.run(["gcc", "-O1", "-o", str(binary), str(source)], check=True)
+    source.write_text(probe_source(names, companions))
+    # the companions' registers zmm16.. exist for the compiler's clobber list only with AVX-512 on
+    flags = ["-mavx512f"] if companions else []
+    subprocess.run(["gcc", "-O1", *flags, "-o", str(binary), str(source)], check=True)
     return binary
 
 
@@ -97,9 +147,17 @@ def rate_per_core(binary: Path, name: str, cores: list[int], rounds: int) -> lis
     return [rounds * ACCUMULATORS / s for s in seconds]
 
 
+def companion_share(alone: float, paired: float) -> float:
+    """The share of a multiply's slot a companion takes: each round of 12 multiplies took 1 / alone alone and
+    1 / paired with 12 companions beside them."""
+    return alone / paired - 1.0
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--instructions", nargs="+", default=None, help="default: every one this CPU has")
+    parser.add_argument("--beside", nargs="+", default=[],
+                        help=f"512-bit companions to run each instruction with as well (known: {list(COMPANIONS)})")
     parser.add_argument("--cores", type=int, default=len(os.sched_getaffinity(0)))
     parser.add_argument("--rounds", type=int, default=50_000_000, help="rounds of 12 instructions a measurement")
     parser.add_argument("--out", default=None)
@@ -111,18 +169,35 @@ def main(argv: list[str] | None = None) -> None:
     missing = [name for name in names if name not in have]
     if missing:
         parser.error(f"{missing} are not instructions this CPU runs (it runs {have}; known: {list(INSTRUCTIONS)})")
+    have_companions = runnable_companions(cpu_flags())
+    missing = [name for name in args.beside if name not in have_companions]
+    if missing:
+        parser.error(f"{missing} are not companions this CPU runs (it runs {have_companions}; known: "
+                     f"{list(COMPANIONS)})")
     cores = sorted(os.sched_getaffinity(0))[:args.cores]
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
-        binary = build_probe(names, Path(tmp))
+        binary = build_probe(names, Path(tmp), args.beside)
+        rate_per_core(binary, names[0], cores, args.rounds)  # a warm-up: the first run found the cores slower
         for name in names:
             rates = rate_per_core(binary, name, cores, args.rounds)
             macs = INSTRUCTIONS[name][0]
-            rows += [{"instruction": name, "core": core, "per_s": rate, "macs_per_s": rate * macs}
-                     for core, rate in zip(cores, rates)]
+            rows += [{"instruction": name, "beside": "", "core": core, "per_s": rate, "macs_per_s": rate * macs,
+                      "companion_share": float("nan")} for core, rate in zip(cores, rates)]
             median = statistics.median(rates)
             print(f"{name:18s} {median / 1e9:6.2f} G/s a core  {median * macs / 1e9:7.1f} G multiply-adds/s a core "
                   f"({len(cores)} cores at once)", flush=True)
+            for beside in args.beside:  # alone and paired in turn, three times: the host's speed drifts
+                runs = [(rate_per_core(binary, name, cores, args.rounds),
+                         rate_per_core(binary, pair_name(name, beside), cores, args.rounds)) for _ in range(3)]
+                paired = [statistics.median(run[1][c] for run in runs) for c in range(len(cores))]
+                shares = [companion_share(statistics.median(run[0][c] for run in runs), paired[c])
+                          for c in range(len(cores))]
+                rows += [{"instruction": name, "beside": beside, "core": core, "per_s": rate,
+                          "macs_per_s": rate * macs, "companion_share": share}
+                         for core, rate, share in zip(cores, paired, shares)]
+                print(f"  beside {beside:18s} {statistics.median(paired) / 1e9:6.2f} G/s a core: the companion "
+                      f"takes {statistics.median(shares):5.2f} of a slot", flush=True)
     if args.out:
         import pandas as pd
 

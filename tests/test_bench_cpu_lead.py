@@ -261,3 +261,108 @@ def test_the_argmax_head_bench_pairs_both_heads_on_the_same_prompts(files, tmp_p
             assert steps.step.tolist() == list(range(len(steps)))
     printed = capsys.readouterr().out
     assert "all: argmax / full head" in printed and "candidate rows a step" in printed
+
+
+@pytest.mark.skipif(shutil.which("gcc") is None or platform.machine() != "x86_64",
+                    reason="the probe is x86 assembly built with gcc")
+def test_the_multiply_rate_probe_measures_companions_beside_a_multiply(multiply_rate, tmp_path):
+    flags = multiply_rate["cpu_flags"]()
+    if not {"avx512f", "avx512bw"} <= flags:
+        pytest.skip("the companions are 512-bit instructions")
+    out = tmp_path / "rate.csv"
+    multiply_rate["main"](["--instructions", "ymm-vpmaddubsw", "--beside", "vpandd", "vpmulld", "--rounds", "20000",
+                           "--cores", "1", "--out", str(out)])
+    frame = pd.read_csv(out, keep_default_na=False)
+    assert list(frame.beside) == ["", "vpandd", "vpmulld"] and (frame.instruction == "ymm-vpmaddubsw").all()
+    shares = pd.to_numeric(frame.companion_share[frame.beside != ""])
+    assert shares.notna().all() and (shares > -1).all()  # a rate, not a timing to assert on
+
+
+def test_the_multiply_rate_probe_refuses_a_companion_it_does_not_know(multiply_rate, capsys, monkeypatch):
+    monkeypatch.setitem(multiply_rate["main"].__globals__, "cpu_flags", lambda: {"avx2", "avx512f", "avx512bw"})
+    with pytest.raises(SystemExit):
+        multiply_rate["main"](["--instructions", "ymm-vpmaddubsw", "--beside", "vpdpwssd", "vfoo"])
+    assert "['vpdpwssd', 'vfoo'] are not companions this CPU runs" in capsys.readouterr().err
+
+
+@pytest.fixture(scope="module")
+def roofline():
+    import sys
+    sys.path.insert(0, str(BENCH))  # it imports its neighbours multiply_rate and lean_step
+    try:
+        return runpy.run_path(str(BENCH / "verify_roofline.py"))
+    finally:
+        sys.path.remove(str(BENCH))
+
+
+def _code(lines: str) -> list[tuple[int, str, str]]:
+    """Disassembly lines 'address mnemonic [operands]' (hex addresses) as verify_roofline parses objdump's."""
+    out = []
+    for line in lines.strip().splitlines():
+        address, mnemonic, *operands = line.split(maxsplit=2)
+        out.append((int(address, 16), mnemonic, operands[0] if operands else ""))
+    return out
+
+
+def test_the_roofline_counts_each_instruction_as_often_as_its_loops_run(roofline):
+    code = _code("""
+        10 vpxor a
+        20 vpdpbusd outer-only
+        30 vpdpbusd inner
+        40 je 90 <f+0x90>
+        50 jne 30 <f+0x30>
+        60 vpmulld block
+        70 jmp 20 <f+0x20>
+        80 ret
+        90 prefetcht1 out-of-line
+        a0 jmp 50 <f+0x50>
+    """)
+    # the block loop is a rotated one (jmp back), the loop inside it a conditional branch; the stretch after the
+    # ret runs with the loop it jumps back into
+    assert roofline["trips_per_block"](code) == [0, 1, 4, 4, 4, 1, 1, 0, 4, 4]
+    deeper = _code("""
+        10 vpdpbusd x
+        20 jne 10 <f+0x10>
+        30 jne 10 <f+0x10>
+        40 jne 10 <f+0x10>
+    """)
+    with pytest.raises(RuntimeError, match="nested 3 deep"):
+        roofline["trips_per_block"](deeper)
+
+
+@pytest.mark.skipif(not quant.available() or not {"avx512f", "avx512bw", "avx512_vnni"} <= set(
+    open("/proc/cpuinfo").read().split()) or shutil.which("objdump") is None,
+                    reason="counts the built 512-bit group functions with objdump")
+def test_the_roofline_counts_a_multiply_per_64_multiply_adds_in_the_built_group_functions(roofline):
+    library = quant._quant.__file__
+    for inputs in (1, 2, 5, 8):
+        q4k = roofline["block_counts"]("Q4_K", inputs, library)
+        q6k = roofline["block_counts"]("Q6_K", inputs, library)
+        # Q4_K: a scale multiply per 32 values and input; Q6_K: its scales ride on vpdpwssd, 64 + the 8 offsets
+        assert q4k["vpdpbusd"] == 64 * inputs and q4k["vpmulld"] == 8 * inputs
+        assert q6k["vpmaddubsw"] == 64 * inputs and q6k["vpdpwssd"] == 72 * inputs
+    counts = {"vpdpbusd": 64, "vpmulld": 8, "vpandd": 32, "vmovdqu64": 32, "vfoo": 1}
+    total, unweighed = roofline["slots"](counts, {"vpmulld": 1.0, "vpandd": 0.25})
+    assert total == 64 + 8 + 8 and unweighed == ["vfoo"]
+    assert roofline["split_inputs"](19) == [8, 8, 3] and roofline["split_inputs"](8) == [8]
+
+
+@needs_product
+def test_the_roofline_writes_its_floors_per_pass_size(roofline, files, tmp_path):
+    if not {"avx512f", "avx512bw", "avx512_vnni"} <= set(open("/proc/cpuinfo").read().split()) or \
+            shutil.which("objdump") is None:
+        pytest.skip("counts the built 512-bit group functions with objdump")
+    out = tmp_path / "roofline.csv"
+    roofline["main"](["--gguf", str(files["target"]), "--m", "1", "2", "9", "--repeats", "1", "--rounds", "2000",
+                      "--threads", "1", "--out", str(out)])
+    frame = pd.read_csv(out)
+    assert list(frame.m) == [1, 2, 9] and (frame.seconds > 0).all() and frame.over_m1[0] == 1.0
+    assert frame.products_floor_s.is_monotonic_increasing and frame.attention_floor_s.is_monotonic_increasing
+    assert (frame.least_over_m1 * frame.seconds[0] - frame[["bytes_floor_s"]].max(axis=1)).min() >= -1e-12
+    assert roofline["verify_macs"](str(files["target"])) == {"Q4_K": 851968, "Q6_K": 344064}
+
+
+def test_the_roofline_refuses_pass_sizes_without_one(roofline, capsys):
+    with pytest.raises(SystemExit):
+        roofline["main"](["--m", "2", "3"])
+    assert "--m must include 1" in capsys.readouterr().err
