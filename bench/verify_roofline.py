@@ -5,19 +5,21 @@ pass's measured time and its bandwidth floor.
     python bench/verify_roofline.py [--gguf resources/gguf/qwen2.5-coder-1.5b-instruct.gguf] [--m 1 2 3 4 5 7]
                                     [--repeats 10] [--out roofline.csv]
 
-1. Counts the instructions of each group function at 512 bits (specdec/native/_quant_groups.h, compiled into
-   specdec.native._quant: group_q4_k_r16_512_N for N inputs, ...) a block of 16 rows x one quant block issues, from
-   the disassembly (objdump) and the nesting of its loops: the loop over blocks runs once a block, the loop inside
-   it four times (Q4_K's chunks, Q6_K's lane pairs). The count is checked against the block's multiply-adds (Q4_K:
-   one vpdpbusd per 64, Q6_K: one vpmaddubsw per 64, for every input), so a compiler that nests the loops otherwise
-   stops the count instead of skewing it.
+1. Counts the instructions each group function at 512 bits (specdec/native/_quant_groups.h, compiled into
+   specdec.native._quant: group_q4_k_r16_512_N for N inputs, ...) runs for a block of 16 rows x one quant block:
+   a forked child calls it over one block and over two, single-stepped with ptrace, and each address it runs is
+   named from the disassembly (objdump); the difference is one block's. Exact whatever the compiler unrolled, and
+   checked against the block's multiply-adds (Q4_K: one vpdpbusd per 64 for every input; Q6_K: one vpmaddubsw).
 2. Weighs each instruction by the share of a vpdpbusd slot it takes when issued beside vpdpbusd, measured in this
    run (bench/multiply_rate.py --beside): on the AMD EPYC Zen 4 vpdpwssd, vpmaddubsw, vpmulld and the float
    multiplies take a whole slot, shuffles and widenings a third, logic, shifts and loads none.
 3. Per position: the blocks of each type a verify pass multiplies (every layer's matrices and the LM head) x their
    slots / (vpdpbusd's rate a core x the threads): the products' floor. The attention's fp32 multiply-adds (8-wide,
    half a slot each) are added beside it.
-4. Times the pass at each m with the session the model loads by default (its kernel plan), interleaved, the read
+4. Times each type's products alone, in cache (one matrix of the file cut to about 0.65 MB a core, multiplied again
+   and again, a call's own costs included): how near the kernels come to their counted slots with nothing to wait
+   for.
+5. Times the pass at each m with the session the model loads by default (its kernel plan), interleaved, the read
    bandwidth measured after each round, as bench/lean_step.py does.
 
 Prints the counts, then per m: T(m), the bytes floor, the multiplier floor, and the least T(m)/T(1) the two floors
@@ -26,10 +28,11 @@ allow (the larger of them over the measured T(1)): a pass cannot run below eithe
 from __future__ import annotations
 
 import argparse
-import math
+import ctypes
 import os
 import re
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -37,6 +40,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import torch
 from gguf import GGUFReader
@@ -45,12 +49,14 @@ import multiply_rate
 from lean_step import BANDWIDTH_BYTES, floor_ratios
 from specdec.gguf import quant
 from specdec.gguf.lean import LeanLM
+from specdec.gguf.quant import QuantMatrix
 from specdec.study.cost.profiling import memory_bandwidth
 from specdec.study.io import write_csv
 
 BLOCK_VALUES = {"Q4_K": 256, "Q6_K": 256}  # values a block holds per row (the group functions counted here)
 MOST_INPUTS = 8  # R16_K_INPUTS: inputs one pass of a K-quant group function takes
-INNER_TRIPS = 4  # the loop inside the block loop: Q4_K's four chunks, Q6_K's four lane pairs
+HOT_ROWS = {"Q4_K": 1536, "Q6_K": 1024}  # rows of the in-cache products: about 0.65 MB of weights a core of two
+HOT_CALLS = 28
 # The instruction whose count per block and input is the block's multiply-adds / 64 (the check on the count)
 CORE = {"Q4_K": "vpdpbusd", "Q6_K": "vpmaddubsw"}
 # Mnemonics weighed as the companion bench/multiply_rate.py measured (the same unit, the same form, or a sibling)
@@ -60,10 +66,12 @@ WEIGHED_AS = {
     "vpmovzxbw": "vpmovsxbw", "vpmovzxbd": "vpmovzxbd", "vcvtph2ps": "vcvtph2ps", "vcvtdq2ps": "vcvtdq2ps",
     "vaddps": "vaddps", "vpaddd": "vpaddd", "vpsubd": "vpaddd", "vpsllw": "vpsllw", "vpslld": "vpsllw",
     "vpsrlw": "vpsrlw", "vpandd": "vpandd", "vpandq": "vpandd", "vpxor": "vpandd", "vpxord": "vpandd",
-    "vpxorq": "vpandd", "vxorps": "vpandd",
+    "vpxorq": "vpandd", "vxorps": "vpandd", "vmovdqa32": "vmovdqa32", "vmovdqa64": "vmovdqa32",
+    "vmovaps": "vmovdqa32",
 }
 FMA = re.compile(r"^vf(n?)m(add|sub)(132|213|231)ps$")
-MOVES = re.compile(r"^(vmov|vzeroupper|prefetch)")  # moves, loads, stores, prefetches: no multiply slot
+MOVES = re.compile(r"^(vmov|vzeroupper|prefetch)")  # moves, loads, stores, prefetches
+MEMORY = " (memory)"  # an instruction's count key where an operand is in memory
 LINE = re.compile(r"^\s*([0-9a-f]+):\s+(\S+)\s*(.*)$")
 
 
@@ -79,73 +87,129 @@ def disassembly(library: str, function: str) -> list[tuple[int, str, str]]:
     return out
 
 
-def _target(operands: str) -> int | None:
-    match = re.match(r"([0-9a-f]+)\s", operands + " ")
-    return int(match.group(1), 16) if match else None
+PTRACE_TRACEME, PTRACE_PEEKTEXT, PTRACE_PEEKUSER, PTRACE_POKETEXT, PTRACE_POKEUSER = 0, 1, 3, 4, 6
+PTRACE_CONT, PTRACE_SINGLESTEP = 7, 9
+RIP, RSP = 16 * 8, 19 * 8  # the offsets of rip and rsp in struct user_regs_struct (x86-64)
+ACT_BYTES = 4096  # room for one block's quantised activations (act_k) an input: more than the struct needs
+BLOCK_BYTES = {"Q4_K": 16 * 148, "Q6_K": 16 * 210}  # a group's block in the 16-row layouts
 
 
-def trips_per_block(code: list[tuple[int, str, str]]) -> list[int]:
-    """How many times each instruction runs per block: 0 outside the block loop (once a call), 1 in it, INNER_TRIPS
-    in the loop inside it. A loop is a backward branch and the code between its target and it. A stretch of code
-    after every loop that jumps back into one is not a loop but the taken side of a branch the compiler moved out of
-    line: it runs as often as the loop it jumps back into."""
-    def backward(i: int) -> int | None:
-        address, mnemonic, operands = code[i]
-        target = _target(operands) if mnemonic.startswith("j") else None
-        return target if target is not None and target <= address else None
+def function_address(library: str, function: str) -> tuple[int, int]:
+    """(address in this process, size in bytes) of a local symbol of an already loaded shared library."""
+    listing = subprocess.run(["nm", "-S", library], check=True, capture_output=True, text=True).stdout
+    for line in listing.splitlines():
+        parts = line.split()
+        if len(parts) == 4 and parts[3] == function:
+            offset, size = int(parts[0], 16), int(parts[1], 16)
+            break
+    else:
+        raise RuntimeError(f"verify_roofline: no {function} in {library} (a build without the AVX-512 kernels?)")
+    real = os.path.realpath(library)
+    for line in Path("/proc/self/maps").read_text().splitlines():
+        fields = line.split()
+        if len(fields) >= 6 and os.path.realpath(fields[5]) == real and int(fields[2], 16) == 0:
+            return int(fields[0].split("-")[0], 16) + offset, size
+    raise RuntimeError(f"verify_roofline: {library} is not loaded in this process")
 
-    conditional = [(backward(i), code[i][0]) for i in range(len(code))
-                   if code[i][1] != "jmp" and backward(i) is not None]
 
-    def inside(address: int, loops) -> int:
-        return sum(start <= address <= end for start, end in loops)
+def executed(address: int, size: int, call) -> list[int]:
+    """The addresses inside [address, address + size) a forked child runs through in one call of the function at
+    `address` (made by `call()`), each as often as it ran. The child runs to a breakpoint on the function's first
+    instruction, then is single-stepped with ptrace until it is back at the return address, so the count is exact
+    whatever the compiler unrolled or moved out of line."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.ptrace.restype = ctypes.c_long
+    libc.ptrace.argtypes = [ctypes.c_long, ctypes.c_long, ctypes.c_void_p, ctypes.c_void_p]
+    pid = os.fork()
+    if pid == 0:  # the child: stop for the parent, run the call, leave without Python's teardown
+        try:
+            libc.ptrace(PTRACE_TRACEME, 0, None, None)
+            os.kill(os.getpid(), signal.SIGSTOP)
+            call()
+        finally:
+            os._exit(0)
 
-    loops, out_of_line, stretch_start = list(conditional), [], 0
-    for i, (address, mnemonic, _) in enumerate(code):
-        if mnemonic == "jmp" and (target := backward(i)) is not None:
-            stretch = [a for a, _, _ in code[stretch_start:i + 1]]
-            if inside(target, conditional) and not any(inside(a, conditional) for a in stretch):
-                out_of_line.append((stretch_start, i, target))
-            else:
-                loops.append((target, address))
-        if mnemonic == "jmp" or mnemonic.startswith("ret"):
-            stretch_start = i + 1
-    depths = [inside(address, loops) for address, _, _ in code]
-    for first, last, target in out_of_line:
-        depths[first:last + 1] = [inside(target, loops)] * (last + 1 - first)
-    if max(depths) > 2:
-        raise RuntimeError(f"verify_roofline: loops nested {max(depths)} deep, this count assumes two")
-    return [(0, 1, INNER_TRIPS)[d] for d in depths]
+    def ptrace(request: int, where: int = 0, data: int = 0) -> int:
+        ctypes.set_errno(0)
+        value = libc.ptrace(request, pid, ctypes.c_void_p(where), ctypes.c_void_p(data))
+        if value == -1 and ctypes.get_errno():
+            raise OSError(ctypes.get_errno(), f"verify_roofline: ptrace request {request} on the child failed")
+        return value & 0xFFFFFFFFFFFFFFFF
+
+    def wait_stopped() -> None:
+        _, status = os.waitpid(pid, 0)
+        if not os.WIFSTOPPED(status):
+            raise RuntimeError("verify_roofline: the child ended before its call returned")
+
+    try:
+        wait_stopped()  # its SIGSTOP
+        word = ptrace(PTRACE_PEEKTEXT, address)
+        ptrace(PTRACE_POKETEXT, address, (word & ~0xFF) | 0xCC)  # int3 on the first instruction
+        ptrace(PTRACE_CONT)
+        wait_stopped()
+        ptrace(PTRACE_POKETEXT, address, word)
+        ptrace(PTRACE_POKEUSER, RIP, address)  # back over the int3
+        back = ptrace(PTRACE_PEEKTEXT, ptrace(PTRACE_PEEKUSER, RSP))  # the return address
+        seen, rip = [], address
+        while rip != back:
+            if address <= rip < address + size:
+                seen.append(rip)
+            ptrace(PTRACE_SINGLESTEP)
+            wait_stopped()
+            rip = ptrace(PTRACE_PEEKUSER, RIP)
+        return seen
+    finally:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
 
 
 def block_counts(qtype: str, inputs: int, library: str) -> dict[str, int]:
-    """Each mnemonic's count per block of the group function for `qtype` at `inputs` inputs."""
+    """Each mnemonic's count per block of the group function for `qtype` at `inputs` inputs: the instructions a
+    call over two blocks runs less those of a call over one, both single-stepped (`executed`), with every prefetch
+    asked for, as in the middle of a matrix. Checked against the block's multiply-adds."""
     name = f"group_{qtype.lower()}_r16_512_{inputs}"
-    code = disassembly(library, name)
-    counts: dict[str, int] = {}
-    for (_, mnemonic, _), trips in zip(code, trips_per_block(code)):
-        if trips:
-            counts[mnemonic] = counts.get(mnemonic, 0) + trips
+    address, size = function_address(library, name)
+    key_at = {a: m + (MEMORY if "(" in operands else "") for a, m, operands in disassembly(library, name)}
+    static_start = min(key_at)
+    function = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64,
+                                ctypes.c_void_p)(address)
+
+    def run(blocks: int) -> dict[str, int]:
+        weights = ctypes.create_string_buffer(BLOCK_BYTES[qtype] * blocks)
+        acts = [ctypes.create_string_buffer(ACT_BYTES * blocks) for _ in range(inputs)]
+        rows = (ctypes.c_void_p * inputs)(*[ctypes.addressof(a) for a in acts])
+        out = ctypes.create_string_buffer(4 * 16 * inputs)
+        counts: dict[str, int] = {}
+        for rip in executed(address, size, lambda: function(weights, rows, blocks, blocks + 1000, out)):
+            key = key_at[rip - address + static_start]
+            counts[key] = counts.get(key, 0) + 1
+        return counts
+
+    one, two = run(1), run(2)
+    counts = {m: two[m] - one.get(m, 0) for m in two if two[m] != one.get(m, 0)}
     expected = inputs * BLOCK_VALUES[qtype] * 16 // 64
-    if counts.get(CORE[qtype], 0) != expected:
-        raise RuntimeError(f"verify_roofline: {name} issues {counts.get(CORE[qtype], 0)} {CORE[qtype]} a block, the "
-                           f"block's multiply-adds need {expected}: its loops are not nested as this count assumes")
+    core = counts.get(CORE[qtype], 0) + counts.get(CORE[qtype] + MEMORY, 0)
+    if core != expected:
+        raise RuntimeError(f"verify_roofline: {name} ran {core} {CORE[qtype]} a block, the block's multiply-adds "
+                           f"need {expected}")
     return counts
 
 
-def weight_of(mnemonic: str, operands: str = "") -> str | None:
-    """The companion whose measured share weighs this mnemonic; "" for none taken (moves, loads, the base
-    vpdpbusd is weighed 1 apart); None where nothing measured stands for it."""
+def weight_of(key: str) -> str | None:
+    """The companion whose measured share weighs an instruction (`key`: its mnemonic, with " (memory)" where an
+    operand is in memory); "" for none taken (loads, stores, prefetches, scalar work); None where nothing measured
+    stands for it. vpdpbusd itself is the unit."""
+    mnemonic, memory = key.removesuffix(MEMORY), key.endswith(MEMORY)
     if mnemonic == "vpdpbusd":
         return "vpdpbusd"
     if FMA.match(mnemonic):
         return "vfmadd231ps"
     if mnemonic in ("vpbroadcastd", "vbroadcastss", "vbroadcasti32x4"):
-        return "vpbroadcastd-load"
-    if MOVES.match(mnemonic) or mnemonic.startswith(("cmp", "add", "sub", "lea", "mov", "j", "inc", "dec", "push",
-                                                     "pop", "test", "and", "shl", "sar", "imul", "nop", "xor",
-                                                     "ret", "cltq", "cs", "data16")):
-        return ""
+        return "vpbroadcastd-load" if memory else "vpshufb"
+    if MOVES.match(mnemonic):
+        return "vmovdqa32" if mnemonic in WEIGHED_AS and not memory else ""
+    if not mnemonic.startswith("v") and not mnemonic.startswith("k"):
+        return ""  # scalar: address arithmetic, loop control
     return WEIGHED_AS.get(mnemonic)
 
 
@@ -183,22 +247,49 @@ def verify_macs(path: str) -> dict[str, int]:
 
 
 def measure_shares(rounds: int) -> tuple[float, dict[str, float]]:
-    """vpdpbusd's rate a core (both cores at once) and each companion's share of its slot, measured now."""
+    """vpdpbusd's best rate a core (every core at once) and each companion's share of its slot, measured now
+    (multiply_rate.best_of_pairs)."""
     companions = multiply_rate.runnable_companions(multiply_rate.cpu_flags())
     cores = sorted(os.sched_getaffinity(0))
     with tempfile.TemporaryDirectory() as tmp:
         binary = multiply_rate.build_probe(["zmm-vpdpbusd"], Path(tmp), companions)
         multiply_rate.rate_per_core(binary, "zmm-vpdpbusd", cores, rounds)  # warm-up
         shares, alone_rates = {}, []
-        for companion in companions:  # alone and paired in turn, three times: the host's speed drifts
-            runs = [(multiply_rate.rate_per_core(binary, "zmm-vpdpbusd", cores, rounds),
-                     multiply_rate.rate_per_core(binary, f"zmm-vpdpbusd+{companion}", cores, rounds))
-                    for _ in range(3)]
-            alone = [rate for run in runs for rate in run[0]]
+        for companion in companions:
+            alone, paired = multiply_rate.best_of_pairs(binary, "zmm-vpdpbusd", f"zmm-vpdpbusd+{companion}", cores,
+                                                        rounds)
             alone_rates += alone
-            shares[companion] = multiply_rate.companion_share(
-                statistics.median(alone), statistics.median(rate for run in runs for rate in run[1]))
+            shares[companion] = multiply_rate.companion_share(statistics.median(alone), statistics.median(paired))
     return statistics.median(alone_rates), shares
+
+
+def hot_matrix(path: str, qtype: str, rows: int) -> QuantMatrix | None:
+    """The file's first matrix of `qtype`, cut to its first `rows` rows (fewer where it has fewer; whole groups of
+    16), in groups of 16 rows: small enough to stay in the cores' caches while it is multiplied again and again."""
+    for tensor in GGUFReader(path).tensors:
+        if tensor.tensor_type.name == qtype and len(tensor.shape) == 2 and int(tensor.shape[1]) >= 16:
+            raw = torch.from_numpy(np.array(tensor.data).view(np.uint8).reshape(tensor.data.shape[0], -1))
+            cut = min(rows, raw.shape[0]) // 16 * 16
+            return QuantMatrix(raw[:cut].clone(), qtype, int(tensor.shape[0]), tensor.name).in_layout("r16")
+    return None
+
+
+def time_hot(matrix: QuantMatrix, ms: list[int], repeats: int, kernel: str) -> dict[int, float]:
+    """Seconds of one product of `matrix` (in cache: HOT_CALLS in a row, the first call's reading dropped) per input
+    count, interleaved, medians over repeats. A call's own cost (quantising the inputs, the threads' start and
+    join) is in it."""
+    inputs = {m: torch.randn(m, matrix.in_features) for m in ms}
+    times = {m: [] for m in ms}
+    with quant.use_kernel(kernel):
+        for repeat in range(repeats + 1):
+            for m in ms[repeat % len(ms):] + ms[:repeat % len(ms)]:
+                matrix.matmul(inputs[m])
+                start = time.perf_counter()
+                for _ in range(HOT_CALLS):
+                    matrix.matmul(inputs[m])
+                if repeat:
+                    times[m].append((time.perf_counter() - start) / HOT_CALLS)
+    return {m: statistics.median(t) for m, t in times.items()}
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -256,6 +347,21 @@ def main(argv: list[str] | None = None) -> None:
         fmas = sum(2 * n_head * head_dim * (args.context + i + 1) for i in range(m)) * n_layer
         return fmas / 8 * 0.5 * shares.get("vfmadd231ps", 1.0) / (rate * args.threads)
 
+    # The products alone, in cache: how near their kernels run to the slots counted above
+    hot_rows = []
+    for qtype in macs:
+        matrix = hot_matrix(args.gguf, qtype, HOT_ROWS[qtype])
+        if matrix is None:
+            continue
+        seconds = time_hot(matrix, args.m, args.repeats, "avx512-vnni")
+        blocks = matrix.out_features // 16 * (matrix.in_features // BLOCK_VALUES[qtype])
+        for m in args.m:
+            counted = blocks * sum(per_block[qtype, n] for n in split_inputs(m)) / (rate * args.threads)
+            hot_rows.append({"qtype": qtype, "m": m, "seconds": seconds[m], "slots_floor_s": counted})
+        print(f"{qtype} {matrix.out_features}x{matrix.in_features} in cache, x{HOT_CALLS}: " + ", ".join(
+            f"m{r['m']} {r['seconds'] * 1e6:.0f} us ({r['seconds'] / r['slots_floor_s']:.2f}x its slots)"
+            for r in hot_rows if r["qtype"] == qtype), flush=True)
+
     session = LeanLM(args.gguf)
     print(f"session: kernel plan ({session.model.plan.source}) {session.model.plan.label()}", flush=True)
     generator = torch.Generator().manual_seed(0)
@@ -295,6 +401,7 @@ def main(argv: list[str] | None = None) -> None:
               f"{median / (products + attention):.2f}x its multiplier floor", flush=True)
     if args.out:
         write_csv(pd.DataFrame(rows), args.out)
+        write_csv(pd.DataFrame(hot_rows), str(Path(args.out).with_suffix("")) + ".in_cache.csv")
 
 
 if __name__ == "__main__":
