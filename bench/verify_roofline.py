@@ -16,9 +16,8 @@ pass's measured time and its bandwidth floor.
 3. Per position: the blocks of each type a verify pass multiplies (every layer's matrices and the LM head) x their
    slots / (vpdpbusd's rate a core x the threads): the products' floor. The attention's fp32 multiply-adds (8-wide,
    half a slot each) are added beside it.
-4. Times each type's products alone, in cache (one matrix of the file cut to about 0.65 MB a core, multiplied again
-   and again, a call's own costs included): how near the kernels come to their counted slots with nothing to wait
-   for.
+4. Times each type's products alone, in cache (a layer matrix of the file, at most 12 MB, multiplied again and
+   again from the last-level cache): how near the kernels come to their counted slots with no memory to wait for.
 5. Times the pass at each m with the session the model loads by default (its kernel plan), interleaved, the read
    bandwidth measured after each round, as bench/lean_step.py does.
 
@@ -55,8 +54,8 @@ from specdec.study.io import write_csv
 
 BLOCK_VALUES = {"Q4_K": 256, "Q6_K": 256}  # values a block holds per row (the group functions counted here)
 MOST_INPUTS = 8  # R16_K_INPUTS: inputs one pass of a K-quant group function takes
-HOT_ROWS = {"Q4_K": 1536, "Q6_K": 1024}  # rows of the in-cache products: about 0.65 MB of weights a core of two
-HOT_CALLS = 28
+HOT_BYTES = 12 * 2**20  # the most weight bytes of an in-cache product: well inside a 32 MB last-level cache
+HOT_CALLS = 8
 # The instruction whose count per block and input is the block's multiply-adds / 64 (the check on the count)
 CORE = {"Q4_K": "vpdpbusd", "Q6_K": "vpmaddubsw"}
 # Mnemonics weighed as the companion bench/multiply_rate.py measured (the same unit, the same form, or a sibling)
@@ -263,13 +262,14 @@ def measure_shares(rounds: int) -> tuple[float, dict[str, float]]:
     return statistics.median(alone_rates), shares
 
 
-def hot_matrix(path: str, qtype: str, rows: int) -> QuantMatrix | None:
-    """The file's first matrix of `qtype`, cut to its first `rows` rows (fewer where it has fewer; whole groups of
-    16), in groups of 16 rows: small enough to stay in the cores' caches while it is multiplied again and again."""
+def hot_matrix(path: str, qtype: str, most_bytes: int) -> QuantMatrix | None:
+    """The file's first layer matrix of `qtype` (cut to its first rows where it holds more than `most_bytes`; whole
+    groups of 16), in groups of 16 rows: it stays in the last-level cache while it is multiplied again and again,
+    and its calls are long enough that a call's own cost is a small part of them."""
     for tensor in GGUFReader(path).tensors:
-        if tensor.tensor_type.name == qtype and len(tensor.shape) == 2 and int(tensor.shape[1]) >= 16:
+        if tensor.tensor_type.name == qtype and len(tensor.shape) == 2 and tensor.name.startswith("blk."):
             raw = torch.from_numpy(np.array(tensor.data).view(np.uint8).reshape(tensor.data.shape[0], -1))
-            cut = min(rows, raw.shape[0]) // 16 * 16
+            cut = min(raw.shape[0], most_bytes // raw.shape[1]) // 16 * 16
             return QuantMatrix(raw[:cut].clone(), qtype, int(tensor.shape[0]), tensor.name).in_layout("r16")
     return None
 
@@ -350,7 +350,7 @@ def main(argv: list[str] | None = None) -> None:
     # The products alone, in cache: how near their kernels run to the slots counted above
     hot_rows = []
     for qtype in macs:
-        matrix = hot_matrix(args.gguf, qtype, HOT_ROWS[qtype])
+        matrix = hot_matrix(args.gguf, qtype, HOT_BYTES)
         if matrix is None:
             continue
         seconds = time_hot(matrix, args.m, args.repeats, "avx512-vnni")
@@ -358,7 +358,7 @@ def main(argv: list[str] | None = None) -> None:
         for m in args.m:
             counted = blocks * sum(per_block[qtype, n] for n in split_inputs(m)) / (rate * args.threads)
             hot_rows.append({"qtype": qtype, "m": m, "seconds": seconds[m], "slots_floor_s": counted})
-        print(f"{qtype} {matrix.out_features}x{matrix.in_features} in cache, x{HOT_CALLS}: " + ", ".join(
+        print(f"{qtype} {matrix.name} {matrix.out_features}x{matrix.in_features} in cache: " + ", ".join(
             f"m{r['m']} {r['seconds'] * 1e6:.0f} us ({r['seconds'] / r['slots_floor_s']:.2f}x its slots)"
             for r in hot_rows if r["qtype"] == qtype), flush=True)
 
