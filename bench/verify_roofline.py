@@ -245,7 +245,7 @@ def verify_macs(path: str) -> dict[str, int]:
     return macs
 
 
-def measure_shares(rounds: int) -> tuple[float, dict[str, float]]:
+def measure_shares(rounds: int, pairs: int) -> tuple[float, dict[str, float]]:
     """vpdpbusd's best rate a core (every core at once) and each companion's share of its slot, measured now
     (multiply_rate.best_of_pairs)."""
     companions = multiply_rate.runnable_companions(multiply_rate.cpu_flags())
@@ -256,7 +256,7 @@ def measure_shares(rounds: int) -> tuple[float, dict[str, float]]:
         shares, alone_rates = {}, []
         for companion in companions:
             alone, paired = multiply_rate.best_of_pairs(binary, "zmm-vpdpbusd", f"zmm-vpdpbusd+{companion}", cores,
-                                                        rounds)
+                                                        rounds, pairs)
             alone_rates += alone
             shares[companion] = multiply_rate.companion_share(statistics.median(alone), statistics.median(paired))
     return statistics.median(alone_rates), shares
@@ -300,10 +300,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--repeats", type=int, default=10)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=10_000_000, help="the probe's rounds a measurement")
+    parser.add_argument("--pairs", type=int, default=multiply_rate.PAIRS,
+                        help="alone-then-paired runs each slot share is the best of")
     parser.add_argument("--out", default=None, help="CSV of the floors and times per m")
     args = parser.parse_args(argv)
-    if args.repeats < 1 or args.rounds < 1 or min(args.m) < 1:
-        parser.error("--repeats, --rounds and every --m must be at least 1")
+    if min(args.repeats, args.rounds, args.pairs, *args.m) < 1:
+        parser.error("--repeats, --rounds, --pairs and every --m must be at least 1")
     if 1 not in args.m:
         parser.error("--m must include 1: the floors are set against T(1)")
     if not {"avx512f", "avx512bw", "avx512_vnni"} <= multiply_rate.cpu_flags():
@@ -315,7 +317,7 @@ def main(argv: list[str] | None = None) -> None:
     if unsupported:
         sys.exit(f"verify_roofline: counts Q4_K and Q6_K group functions; {args.gguf} also has {unsupported}")
 
-    rate, shares = measure_shares(args.rounds)
+    rate, shares = measure_shares(args.rounds, args.pairs)
     print(f"zmm vpdpbusd: {rate / 1e9:.2f} G a second a core ({len(os.sched_getaffinity(0))} cores at once); slot "
           "shares beside it: " + ", ".join(f"{k} {v:.2f}" for k, v in shares.items()), flush=True)
     per_block: dict[tuple[str, int], float] = {}

@@ -325,7 +325,7 @@ def test_the_roofline_writes_its_floors_per_pass_size(roofline, files, tmp_path)
         pytest.skip("counts the built 512-bit group functions with objdump")
     out = tmp_path / "roofline.csv"
     roofline["main"](["--gguf", str(files["target"]), "--m", "1", "2", "9", "--repeats", "1", "--rounds", "2000",
-                      "--threads", "1", "--out", str(out)])
+                      "--pairs", "1", "--threads", "1", "--out", str(out)])
     frame = pd.read_csv(out)
     assert list(frame.m) == [1, 2, 9] and (frame.seconds > 0).all() and frame.over_m1[0] == 1.0
     assert frame.products_floor_s.is_monotonic_increasing and frame.attention_floor_s.is_monotonic_increasing
@@ -336,7 +336,10 @@ def test_the_roofline_writes_its_floors_per_pass_size(roofline, files, tmp_path)
     assert (hot.seconds > 0).all() and (hot.slots_floor_s > 0).all()
 
 
-def test_the_roofline_refuses_pass_sizes_without_one(roofline, capsys):
+def test_the_roofline_refuses_pass_sizes_without_one_and_counts_below_one(roofline, capsys):
     with pytest.raises(SystemExit):
         roofline["main"](["--m", "2", "3"])
     assert "--m must include 1" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        roofline["main"](["--m", "1", "2", "--pairs", "0"])
+    assert "--pairs and every --m must be at least 1" in capsys.readouterr().err
