@@ -127,9 +127,9 @@ def _build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--session-rows", type=int, default=None, metavar="R",
                      help="rows of every fixed-shape pass (default 16)")
     gen.add_argument("--argmax-head", action="store_true",
-                     help="GGUF targets at temperature 0: greedy steps read the top four bits of the Q6_K LM head, "
-                          "then only the rows that can be the argmax (the same tokens, 30%% fewer head bytes a step; "
-                          "about a second at load to build)")
+                     help="GGUF targets at temperature 0: greedy steps (and verify passes, on AVX512-VNNI) read the "
+                          "top four bits of the Q6_K LM head, then only the rows that can be the argmax (the same "
+                          "tokens, 30%% fewer head bytes a step; about a second at load to build)")
     gen.add_argument("--baseline", action="store_true",
                      help="also run plain decoding: report the speedup and, at temperature 0, check greedy identity")
     return parser

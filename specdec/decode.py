@@ -111,8 +111,9 @@ def _draft_kernel(proposer) -> str:
 
 @contextlib.contextmanager
 def argmax_only(session, greedy: bool):
-    """A greedy run's target passes of one logit computed only as far as their argmax needs, where the session has
-    such a head (LeanLM.use_argmax_head: the same tokens, fewer bytes a step); a sampling run keeps every logit. The
+    """A greedy run's target passes (of one logit; verify passes too where the head runs grouped) computed only as far
+    as their argmax needs, where the session has such a head (LeanLM.use_argmax_head: the same tokens, fewer bytes
+    and multiplies a pass); a sampling run keeps every logit. The
     session's former setting comes back after the run."""
     switch = getattr(session, "set_argmax_only", None)
     if switch is None:

@@ -228,3 +228,103 @@ def test_the_runtime_builds_it_for_a_q6k_target_head_and_refuses_it_elsewhere(fi
     for option, value in (("limit_head_vocab", 512), ("requantize_head", "Q5_0")):
         with pytest.raises(ValueError, match=f"{option}: .*do not mix"):
             getattr(built, option)(value)
+
+
+needs_groups = pytest.mark.skipif(argmax_head.GROUPED_KERNEL not in quant.kernels(),
+                                  reason="the grouped first pass needs AVX512-VNNI")
+
+
+def grouped_fields(packed: np.ndarray, rows: int, blocks: int):
+    """d, scales and top bits read back from Q6_K_HI4 groups of 16 rows as _quant_hi4.h lays them out."""
+    groups = packed.reshape(rows // 16, blocks, 16 * 146)
+    d = groups[..., :32].copy().view(np.float16).reshape(rows // 16, blocks, 16)
+    scales = groups[..., 32:288].view(np.int8).reshape(rows // 16, blocks, 16, 16)  # [sub-block][row]
+    pieces = groups[..., 288:].reshape(rows // 16, blocks, 8, 4, 16, 4)  # [p][k][row][j]
+    hi = np.zeros((rows // 16, blocks, 16, 256), np.int64)
+    for p in range(8):
+        for k in range(4):
+            for j in range(4):
+                hi[..., 16 * p + 4 * k + j] = pieces[:, :, p, k, :, j] & 15
+                hi[..., 128 + 16 * p + 4 * k + j] = pieces[:, :, p, k, :, j] >> 4
+    as_rows = lambda a: np.moveaxis(a, 2, 1).reshape(rows, blocks, *a.shape[3:])  # noqa: E731
+    return as_rows(d[..., None])[..., 0], np.moveaxis(scales, 3, 1).reshape(rows, blocks, 16), as_rows(hi)
+
+
+@needs_groups
+@pytest.mark.parametrize("rows, columns", [(16, 256), (64, 512), (320, 1536)])
+def test_the_grouped_top_bits_hold_each_rows_d_scales_and_four_bits(rows, columns):
+    weight = quant.random_quant_matrix("Q6_K", rows, columns, seed=rows + 1)
+    head = ArgmaxHead(weight)
+    assert head.grouped and head.max_rows == argmax_head.GROUPED_MAX_ROWS
+    d, scales, hi = grouped_fields(head.hi4_groups.numpy(), rows, columns // 256)
+    q, want_scales, want_d = q6k_fields(weight.raw.numpy(), columns)
+    assert np.array_equal(d.astype(np.float64), want_d) and np.array_equal(scales, want_scales)
+    assert np.array_equal(hi, q >> 2)
+
+
+@needs_groups
+@pytest.mark.parametrize("rows, columns, inputs", [(16, 256, 1), (64, 512, 3), (320, 1536, 9), (128, 768, 17)])
+def test_the_grouped_first_pass_is_the_formulas_bounds_the_product_and_keeps_each_inputs_bits(rows, columns, inputs):
+    weight = quant.random_quant_matrix("Q6_K", rows, columns, seed=columns + inputs)
+    head = ArgmaxHead(weight)
+    x = torch.randn(inputs, columns, generator=torch.Generator().manual_seed(inputs)) * 3
+    want_approx, want_bound = reference(weight, x)
+    approx, bound = at_threads(1, lambda: head.bounds(x))
+    np.testing.assert_allclose(approx.double().numpy(), want_approx, rtol=1e-5, atol=1e-5 * np.abs(want_approx).max())
+    np.testing.assert_allclose(bound.double().numpy(), want_bound * (1 + argmax_head.BOUND_MARGIN), rtol=1e-5)
+    assert ((weight.matmul(x) - approx).abs() <= bound).all()
+    for kernel in quant.kernels():  # the grouped pass whatever the product kernel, on either thread count
+        with quant.use_kernel(kernel):
+            again = at_threads(2, lambda: head.bounds(x))
+        assert torch.equal(again[0], approx) and torch.equal(again[1], bound), kernel
+    for i in range(inputs):  # each input's bits alone as among the others (passes of 8 and the rest)
+        alone = head.bounds(x[i:i + 1])
+        assert torch.equal(alone[0][0], approx[i]) and torch.equal(alone[1][0], bound[i]), i
+
+
+@needs_groups
+def test_the_grouped_bound_is_needed_whole_a_tenth_of_it_is_broken():
+    weight = quant.random_quant_matrix("Q6_K", 320, 1536, seed=3)
+    x = torch.randn(3, 1536, generator=torch.Generator().manual_seed(1))
+    head = ArgmaxHead(weight)
+    approx, bound = head.bounds(x)
+    assert head.grouped and not ((weight.matmul(x) - approx).abs() <= bound / 10).all()
+
+
+@needs_groups
+def test_verify_passes_run_the_grouped_argmax_head_with_the_full_heads_argmax(files):
+    full, fast = sessions(files["target"])
+    assert fast.argmax_head.grouped
+    prompt = [3, 17, 99, 250, 1000, 42, 7, 8]
+    for session in (full, fast):
+        session.extend(prompt, 1)
+    fast.set_argmax_only(True)
+    for tokens in ([5, 6, 9, 11], list(range(20, 20 + argmax_head.GROUPED_MAX_ROWS))):
+        before = len(fast.argmax_head.candidates)
+        want, got = full.extend(tokens, len(tokens)), fast.extend(tokens, len(tokens))
+        assert torch.equal(got.argmax(dim=1), want.argmax(dim=1))
+        kept = torch.isfinite(got)
+        assert torch.equal(got[kept], want[kept]) and not kept.all()  # candidates exact, the rest -inf
+        assert len(fast.argmax_head.candidates) == before + len(tokens)  # the argmax head ran, one count a row
+        for session in (full, fast):
+            session.crop(len(prompt))
+    many = list(range(40, 41 + argmax_head.GROUPED_MAX_ROWS))  # more logits than it takes: the full head
+    before = len(fast.argmax_head.candidates)
+    assert torch.equal(fast.extend(many, len(many)), full.extend(many, len(many)))
+    assert len(fast.argmax_head.candidates) == before
+
+
+@needs_groups
+def test_the_grouped_first_pass_refuses_what_it_cannot_run():
+    head = ArgmaxHead(quant.random_quant_matrix("Q6_K", 64, 256))
+    x, y = torch.randn(1, 256), torch.empty(1, 64)
+    with pytest.raises(ValueError, match="multiple of 16"):
+        quant._quant.hi4_r16_matmul(head.hi4_groups.data_ptr(), x.data_ptr(), y.data_ptr(), y.data_ptr(), 60, 256,
+                                    1, 1)
+    with pytest.raises(ValueError, match="multiple of 16"):
+        quant._quant.hi4_r16_pack(head.rows.raw.data_ptr(), head.hi4_groups.data_ptr(), 60, 256)
+    with pytest.raises(ValueError, match="multiple of 256"):
+        quant._quant.hi4_r16_matmul(head.hi4_groups.data_ptr(), x.data_ptr(), y.data_ptr(), y.data_ptr(), 64, 100,
+                                    1, 1)
+    ragged = ArgmaxHead(quant.random_quant_matrix("Q6_K", 40, 256))  # rows not in whole groups: the rows' pass
+    assert not ragged.grouped and ragged.max_rows == 1 and ragged.hi4_groups is None

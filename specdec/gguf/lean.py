@@ -20,8 +20,9 @@ same bits in a one-token step and in a verify pass of any size. Longer passes (a
 baseline and the speculative loop run the same prompt pass, so those rows are never compared with a step's.
 
 Greedy steps may skip most of the head: with `use_argmax_head` built, the decoding loops at temperature 0 turn on
-`set_argmax_only`, and a pass of one logit then reads the Q6_K head's top four bits and only the rows that can be
-its argmax (specdec/gguf/argmax_head.py): the same argmax, the same tokens.
+`set_argmax_only`, and a pass of one logit (of up to 16 where the CPU has AVX512-VNNI: a verify pass) then reads the
+Q6_K head's top four bits and only the rows that can be its argmax (specdec/gguf/argmax_head.py): the same argmax,
+the same tokens.
 """
 
 from __future__ import annotations
@@ -42,10 +43,6 @@ from specdec.gguf.argmax_head import ArgmaxHead
 from specdec.gguf.model import GGUFModel, read_gguf
 
 DEFAULT_MAX_LENGTH = 4096
-# Passes of up to this many logits run the argmax head where it is on (set_argmax_only). Its first pass is
-# compute-bound from 2 rows on: AMD EPYC Zen 4, the 1.5B head, one process, interleaved: 0.71 of the Q6_K head's time
-# at 1 row (its bytes' share), 0.92 at 3, 1.1 at 7, before the candidates' rows (experiments/cpu-lead, eleventh run).
-ARGMAX_HEAD_MAX_ROWS = 1
 
 
 class ContextLengthError(ValueError):
@@ -156,8 +153,9 @@ class LeanLM(KeepsFeatures):
 
     def use_argmax_head(self) -> None:
         """Builds the exact greedy head (argmax_head.ArgmaxHead: the Q6_K head's top four bits, 70% of its bytes
-        again in memory, seconds) for the one-logit passes `set_argmax_only` asks it for. Only over the file's whole
-        Q6_K head (a target's), never with `limit_head_vocab` or `requantize_head`."""
+        again in memory, seconds) for the passes `set_argmax_only` asks it for: of one logit, or of up to
+        `ArgmaxHead.max_rows` (16 where its first pass runs in groups of 16 rows). Only over the file's whole Q6_K
+        head (a target's), never with `limit_head_vocab` or `requantize_head`."""
         if self.head_vocab is not None or self.head_type is not None:
             raise ValueError("the exact argmax head runs over the file's whole head, not one limited or requantised")
         self._argmax_head = ArgmaxHead(self._head)
@@ -168,8 +166,9 @@ class LeanLM(KeepsFeatures):
         return self._argmax_head
 
     def set_argmax_only(self, on: bool) -> None:
-        """While on (and the head built by `use_argmax_head`), a pass that asks for one position's logits returns the
-        argmax head's: that position's argmax is the full head's, the other logits -inf where they cannot win. The
+        """While on (and the head built by `use_argmax_head`), a pass that asks for the logits of one position (of up
+        to `ArgmaxHead.max_rows`) returns the argmax head's: each position's argmax is the full head's, the other
+        logits -inf where they cannot win. The
         greedy decoding loops turn it on for their run (decode.py) and back off after; anything that reads more
         than the argmax (sampling, a distribution) runs with it off. A no-op without the head."""
         self.argmax_only = bool(on) and self._argmax_head is not None
@@ -252,7 +251,7 @@ class LeanLM(KeepsFeatures):
             self._features.append(torch.cat([normed, *layer_outputs], dim=1) if layer_outputs else normed)
             last = normed[rows - n_logits:]
         head_begin = time.perf_counter()
-        if self.argmax_only and n_logits <= ARGMAX_HEAD_MAX_ROWS:
+        if self.argmax_only and n_logits <= self._argmax_head.max_rows:
             logits = self._argmax_head.logits(last)
         else:
             logits = (self._head if n_logits == 1 else self._verify_head).matmul(last)

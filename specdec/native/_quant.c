@@ -178,6 +178,57 @@ static PyObject *py_hi4_matmul(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
+/* hi4_r16_pack(src, dst, N, K): N Q6_K rows of K values (the file's rows; N a multiple of 16) to Q6_K_HI4 groups of
+ * 16 rows (_quant_hi4.h). */
+static PyObject *py_hi4_r16_pack(PyObject *self, PyObject *args) {
+    unsigned long long src, dst;
+    long long N, K;
+    if (!PyArg_ParseTuple(args, "KKLL", &src, &dst, &N, &K)) return NULL;
+    if (!check_sizes(Q6_K, K)) return NULL;
+    if (N < 0 || N % 16 || !src || !dst) {
+        PyErr_Format(PyExc_ValueError, "hi4_r16_pack needs a row count that is a multiple of 16 and two addresses, "
+                                       "got %lld rows", N);
+        return NULL;
+    }
+#ifdef SPECDEC_X86
+    Py_BEGIN_ALLOW_THREADS
+    hi4_r16_pack((const uint8_t *)(uintptr_t)src, (uint8_t *)(uintptr_t)dst, N, K / QK);
+    Py_END_ALLOW_THREADS
+#endif
+    Py_RETURN_NONE;
+}
+
+/* hi4_r16_matmul(w, x, approx, bound, N, K, M, threads): hi4_matmul's outputs and bounds from the groups of 16 rows
+ * (AVX512-VNNI); specdec/gguf/argmax_head.py checks the tensors. */
+static PyObject *py_hi4_r16_matmul(PyObject *self, PyObject *args) {
+    unsigned long long w, x, approx, bound;
+    long long N, K, M;
+    int threads;
+    if (!PyArg_ParseTuple(args, "KKKKLLLi", &w, &x, &approx, &bound, &N, &K, &M, &threads)) return NULL;
+    if (!check_sizes(Q6_K, K)) return NULL;
+    if (N < 16 || N % 16 || M < 1 || threads < 1 || !w || !x || !approx || !bound) {
+        PyErr_Format(PyExc_ValueError, "bad hi4 group product sizes: N %lld (a multiple of 16), M %lld, threads %d",
+                     N, M, threads);
+        return NULL;
+    }
+    int status = 0;
+#ifdef SPECDEC_X86
+    if (!kernel_supported(KERNEL_AVX512_VNNI)) {
+        PyErr_SetString(PyExc_RuntimeError, "hi4_r16_matmul needs AVX512-VNNI, which this CPU lacks");
+        return NULL;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    status = hi4_r16_matmul((const uint8_t *)(uintptr_t)w, (const float *)(uintptr_t)x, (float *)(uintptr_t)approx,
+                            (float *)(uintptr_t)bound, N, K, M, threads);
+    Py_END_ALLOW_THREADS
+#else
+    PyErr_SetString(PyExc_RuntimeError, "hi4_r16_matmul needs an x86 CPU with AVX512-VNNI");
+    return NULL;
+#endif
+    if (status) return PyErr_NoMemory();
+    Py_RETURN_NONE;
+}
+
 /* hi4_candidates(approx, bound, N, M, margin, index, member, counts) -> the union's count (_quant_hi4.h);
  * specdec/gguf/argmax_head.py makes every array. */
 static PyObject *py_hi4_candidates(PyObject *self, PyObject *args) {
@@ -263,6 +314,8 @@ static PyMethodDef methods[] = {
     {"r16_unpack", py_r16_unpack, METH_VARARGS, "Groups of 16 rows -> the file's rows, byte for byte."},
     {"hi4_pack", py_hi4_pack, METH_VARARGS, "Q6_K rows -> Q6_K_HI4 rows (the top four bits of each quant)."},
     {"hi4_matmul", py_hi4_matmul, METH_VARARGS, "Q6_K_HI4 outputs and their bounds (an exact argmax's first pass)."},
+    {"hi4_r16_pack", py_hi4_r16_pack, METH_VARARGS, "Q6_K rows -> Q6_K_HI4 groups of 16 rows."},
+    {"hi4_r16_matmul", py_hi4_r16_matmul, METH_VARARGS, "hi4_matmul from the groups of 16 rows (AVX512-VNNI)."},
     {"hi4_candidates", py_hi4_candidates, METH_VARARGS, "The rows that can be each input's argmax (hi4 bounds)."},
     {"hi4_exact_rows", py_hi4_exact_rows, METH_VARARGS, "The Q6_K product over chosen rows (the same bits)."},
     {"supported", py_supported, METH_NOARGS, "Whether this CPU can run the kernels (AVX2, FMA, F16C)."},

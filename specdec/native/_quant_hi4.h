@@ -165,6 +165,160 @@ TARGET static int hi4_matmul(const uint8_t *w, const float *x, float *approx, fl
     return 0;
 }
 
+/* Q6_K_HI4 in groups of 16 rows (hi4_r16_pack), for passes of several inputs: where the rows' first pass multiplies
+ * each 32 values twice (vpmaddubsw, then its scale by vpdpwssd), this one multiplies the four-value runs by vpdpbusd
+ * (unsigned hi x signed input) into one sum per 16 values and input (at most 16 x 15 x 128 < 2^15: a word), joins
+ * two 16s' sums into word pairs (a merge-masked vpshufb) and applies their two scales with one vpdpwssd: about 1.5
+ * slots a 64 multiply-adds against 2.4-2.8 (bench/verify_roofline.py; the AMD EPYC Zen 4's one multiply slot a
+ * cycle). The integer I and the bound's integer are the rows' exactly; the float epilogue differs (one row a lane,
+ * no horizontal sum), so the bounds hold as the rows' do. A row's outputs are the same bits whatever inputs and
+ * threads share the call.
+ * A group's block, 16 x 146 bytes: d of the 16 rows (fp16) at 0; scale s of row r at 32 + 16 s + r; the top four
+ * bits in 32 pieces of 64 bytes from 288, piece 4 p + k (p < 8, k < 4) holding row r's 4 bytes at 4 r, byte j with
+ * value 16 p + 4 k + j's in its low nibble and value 128 + 16 p + 4 k + j's in its high one. */
+#define HI4_R16_BYTES (16 * HI4_BLOCK_BYTES)
+#define HI4_R16_SCALES 32
+#define HI4_R16_QS 288
+#define HI4_R16_INPUTS 8 /* inputs a pass: two accumulators and two sums an input */
+
+/* N Q6_K rows (the file's rows, N a multiple of 16) of `blocks` blocks to Q6_K_HI4 groups of 16 rows. */
+static void hi4_r16_pack(const uint8_t *rows, uint8_t *out, int64_t N, int64_t blocks) {
+    for (int64_t g = 0; g < N / 16; g++)
+        for (int64_t b = 0; b < blocks; b++) {
+            uint8_t *o = out + (g * blocks + b) * HI4_R16_BYTES;
+            memset(o, 0, HI4_R16_BYTES);
+            for (int r = 0; r < 16; r++) {
+                const uint8_t *w = rows + ((16 * g + r) * blocks + b) * 210;
+                memcpy(o + 2 * r, w + 208, 2);
+                for (int sub = 0; sub < 16; sub++) o[HI4_R16_SCALES + 16 * sub + r] = w[192 + sub];
+                for (int j = 0; j < QK; j++) {
+                    const int v = j % 128, p = v / 16, k = v % 16 / 4;
+                    o[HI4_R16_QS + 64 * (4 * p + k) + 4 * r + v % 4] |=
+                        (uint8_t)((q6k_quant(w, j) >> 2) << (j < 128 ? 0 : 4));
+                }
+            }
+        }
+}
+
+/* Row r's scales s and t of a group's block as the word pair (s in the low word, t in the high) of lane r, times
+ * `times` (int16 products: |times x scale| < 2^15 for the 8 and -61 used here). */
+TARGET512 static inline __attribute__((always_inline)) __m512i hi4_r16_pair(const uint8_t *w, int s, int t, int times) {
+    const __m512i a = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(w + HI4_R16_SCALES + 16 * s)));
+    const __m512i b = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(w + HI4_R16_SCALES + 16 * t)));
+    const __m512i m = _mm512_set1_epi32(times);
+    return _mm512_or_si512(_mm512_and_si512(_mm512_mullo_epi32(a, m), _mm512_set1_epi32(0xFFFF)),
+                           _mm512_slli_epi32(_mm512_mullo_epi32(b, m), 16));
+}
+
+/* One group of 16 rows against nx inputs: approx[16 i + r] and bound[16 i + r] (the bound before the margin).
+ * room: the blocks from w to the matrix's end (the prefetches stay inside it). */
+TARGET512 static inline __attribute__((always_inline)) void hi4_group(const uint8_t *w, const act_k *const *x,
+                                                                      const act_l1 *const *l, const int nx,
+                                                                      int64_t blocks, int64_t room, float *approx,
+                                                                      float *bound) {
+    const __m512i low4 = _mm512_set1_epi8(0x0F);
+    const __m512i low_to_high = _mm512_broadcast_i32x4(
+        _mm_setr_epi8(-1, -1, 0, 1, -1, -1, 4, 5, -1, -1, 8, 9, -1, -1, 12, 13)); /* bytes 0, 1 of a lane to 2, 3 */
+    __m512 acc[HI4_R16_INPUTS], lim[HI4_R16_INPUTS];
+    for (int i = 0; i < nx; i++) acc[i] = lim[i] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < blocks; b++, w += HI4_R16_BYTES) {
+        __m512i total[HI4_R16_INPUTS], l1[HI4_R16_INPUTS];
+        for (int i = 0; i < nx; i++) total[i] = l1[i] = _mm512_setzero_si512();
+        for (int q = 0; q < 8; q++) { /* 16s 2q, 2q + 1: -61 x scale x their sums, and |scale| x their l1 */
+            const __m512i offset = hi4_r16_pair(w, 2 * q, 2 * q + 1, -61);
+            const __m512i size = _mm512_abs_epi16(hi4_r16_pair(w, 2 * q, 2 * q + 1, 1));
+            for (int i = 0; i < nx; i++) {
+                int32_t sums, l1s;
+                memcpy(&sums, x[i][b].sums + 2 * q, 4);
+                memcpy(&l1s, l[i][b].l1 + 2 * q, 4);
+                total[i] = _mm512_dpwssd_epi32(total[i], offset, _mm512_set1_epi32(sums));
+                l1[i] = _mm512_dpwssd_epi32(l1[i], size, _mm512_set1_epi32(l1s));
+            }
+        }
+        for (int p = 0; p < 8; p++) { /* 16s p and 8 + p, then their two scales (times the 8 of 8 hi) */
+            __m512i lo_sum[HI4_R16_INPUTS], hi_sum[HI4_R16_INPUTS];
+            for (int i = 0; i < nx; i++) lo_sum[i] = hi_sum[i] = _mm512_setzero_si512();
+            for (int k = 0; k < 4; k++) {
+                const __m512i v = _mm512_loadu_si512((const void *)(w + HI4_R16_QS + 64 * (4 * p + k)));
+                r16_prefetch_step(w, HI4_R16_BYTES, b, room, nx, 4 * p + k, 32);
+                const __m512i lo = _mm512_and_si512(v, low4);
+                const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), low4);
+                for (int i = 0; i < nx; i++) {
+                    int32_t a, c;
+                    memcpy(&a, x[i][b].q + 16 * p + 4 * k, 4);
+                    memcpy(&c, x[i][b].q + 128 + 16 * p + 4 * k, 4);
+                    lo_sum[i] = _mm512_dpbusd_epi32(lo_sum[i], lo, _mm512_set1_epi32(a));
+                    hi_sum[i] = _mm512_dpbusd_epi32(hi_sum[i], hi, _mm512_set1_epi32(c));
+                }
+            }
+            const __m512i scales = hi4_r16_pair(w, p, 8 + p, 8);
+            for (int i = 0; i < nx; i++) {
+                const __m512i pairs = _mm512_mask_shuffle_epi8(lo_sum[i], (__mmask64)0xCCCCCCCCCCCCCCCCull,
+                                                               hi_sum[i], low_to_high);
+                total[i] = _mm512_dpwssd_epi32(total[i], pairs, scales);
+            }
+        }
+        const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)w));
+        for (int i = 0; i < nx; i++) {
+            const __m512 dd = _mm512_mul_ps(d, _mm512_set1_ps(x[i][b].d));
+            acc[i] = _mm512_fmadd_ps(dd, _mm512_cvtepi32_ps(total[i]), acc[i]);
+            lim[i] = _mm512_fmadd_ps(_mm512_abs_ps(dd), _mm512_cvtepi32_ps(l1[i]), lim[i]);
+        }
+    }
+    for (int i = 0; i < nx; i++) {
+        _mm512_storeu_ps(approx + 16 * i, _mm512_mul_ps(acc[i], _mm512_set1_ps(0.5f)));
+        _mm512_storeu_ps(bound + 16 * i, _mm512_mul_ps(lim[i], _mm512_set1_ps(1.5f)));
+    }
+}
+
+#define HI4_GROUP_FN(N)                                                                                            \
+    TARGET512 static void hi4_group_##N(const uint8_t *w, const act_k *const *x, const act_l1 *const *l,            \
+                                        int64_t blocks, int64_t room, float *approx, float *bound) {               \
+        hi4_group(w, x, l, N, blocks, room, approx, bound);                                                         \
+    }
+HI4_GROUP_FN(1) HI4_GROUP_FN(2) HI4_GROUP_FN(3) HI4_GROUP_FN(4) HI4_GROUP_FN(5) HI4_GROUP_FN(6) HI4_GROUP_FN(7)
+HI4_GROUP_FN(8)
+typedef void (*hi4_group_fn)(const uint8_t *, const act_k *const *, const act_l1 *const *, int64_t, int64_t, float *,
+                             float *);
+static const hi4_group_fn hi4_group_for[HI4_R16_INPUTS + 1] = {NULL, hi4_group_1, hi4_group_2, hi4_group_3,
+                                                                hi4_group_4, hi4_group_5, hi4_group_6, hi4_group_7,
+                                                                hi4_group_8};
+
+/* approx and bound (M x N each, row i at i x N) = the Q6_K_HI4 groups w (N rows, a multiple of 16, of K / 256 blocks)
+ * against x (M x K); AVX512-VNNI only (the caller checks). Threads split the groups; inputs go HI4_R16_INPUTS a pass
+ * (the passes as even as they can be). */
+TARGET512 static int hi4_r16_matmul(const uint8_t *w, const float *x, float *approx, float *bound, int64_t N,
+                                    int64_t K, int64_t M, int threads) {
+    const int64_t blocks = K / QK, groups = N / 16;
+    act_k *acts = hi4_quantize_inputs(x, M, K);
+    act_l1 *l1 = malloc(sizeof(act_l1) * blocks * M);
+    const act_k **xs = malloc(sizeof(act_k *) * M);
+    const act_l1 **ls = malloc(sizeof(act_l1 *) * M);
+    if (!acts || !l1 || !xs || !ls) {
+        free(acts), free(l1), free(xs), free(ls);
+        return -1;
+    }
+    for (int64_t i = 0; i < M; i++) {
+        hi4_l1(acts + i * blocks, l1 + i * blocks, blocks);
+        xs[i] = acts + i * blocks, ls[i] = l1 + i * blocks;
+    }
+    const int64_t passes = (M + HI4_R16_INPUTS - 1) / HI4_R16_INPUTS;
+#pragma omp parallel for num_threads(threads) schedule(static)
+    for (int64_t g = 0; g < groups; g++) {
+        for (int64_t pass = 0, i0 = 0; pass < passes; pass++) {
+            const int nx = (int)(M / passes + (pass < M % passes));
+            float a[16 * HI4_R16_INPUTS], bd[16 * HI4_R16_INPUTS];
+            hi4_group_for[nx](w + g * blocks * HI4_R16_BYTES, xs + i0, ls + i0, blocks, (groups - g) * blocks, a, bd);
+            for (int i = 0; i < nx; i++)
+                for (int r = 0; r < 16; r++)
+                    approx[(i0 + i) * N + 16 * g + r] = a[16 * i + r], bound[(i0 + i) * N + 16 * g + r] = bd[16 * i + r];
+            i0 += nx;
+        }
+    }
+    free(acts), free(l1), free(xs), free(ls);
+    return 0;
+}
+
 /* The rows that can be an input's argmax: with each bound widened by `margin` of itself, row n is a candidate of
  * input i where approx + bound reaches the largest approx - bound of input i (its argmax's Q6_K logit lies between
  * its own two). Writes the union of the inputs' candidates, ascending, to index (N slots), whether each is input i's
