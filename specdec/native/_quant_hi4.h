@@ -131,23 +131,44 @@ static const hi4_row_fn hi4_vnni_for[GROUP512 + 1] = {NULL, hi4_row_vnni_1, hi4_
                                                       hi4_row_vnni_4, hi4_row_vnni_5, hi4_row_vnni_6,
                                                       hi4_row_vnni_7, hi4_row_vnni_8};
 
+/* A first pass's inputs: the M rows quantised as the Q6_K product quantises them, their sums of |a| per 16, and one
+ * pointer to each row's of both. */
+typedef struct {
+    act_k *acts;
+    act_l1 *l1;
+    const act_k **xs;
+    const act_l1 **ls;
+} hi4_inputs;
+
+static void hi4_release(hi4_inputs *in) { free(in->acts), free(in->l1), free(in->xs), free(in->ls); }
+
+/* 0, or -1 where memory ran out (nothing left to free). */
+TARGET static int hi4_prepare(const float *x, int64_t M, int64_t K, hi4_inputs *in) {
+    const int64_t blocks = K / QK;
+    in->acts = hi4_quantize_inputs(x, M, K);
+    in->l1 = malloc(sizeof(act_l1) * blocks * M);
+    in->xs = malloc(sizeof(act_k *) * M);
+    in->ls = malloc(sizeof(act_l1 *) * M);
+    if (!in->acts || !in->l1 || !in->xs || !in->ls) {
+        hi4_release(in);
+        return -1;
+    }
+    for (int64_t i = 0; i < M; i++) {
+        hi4_l1(in->acts + i * blocks, in->l1 + i * blocks, blocks);
+        in->xs[i] = in->acts + i * blocks, in->ls[i] = in->l1 + i * blocks;
+    }
+    return 0;
+}
+
 /* approx and bound (M x N each, row i at i x N) = the Q6_K_HI4 matrix w (N rows of K / 256 blocks) against x (M x K);
  * kernel: avx2 runs the AVX2 row function, every other the VNNI one (the same bits). Threads split the rows. */
 TARGET static int hi4_matmul(const uint8_t *w, const float *x, float *approx, float *bound, int64_t N, int64_t K,
                              int64_t M, int threads, int kernel) {
     const int64_t blocks = K / QK, stride = blocks * HI4_BLOCK_BYTES;
-    act_k *acts = hi4_quantize_inputs(x, M, K);
-    act_l1 *l1 = malloc(sizeof(act_l1) * blocks * M);
-    const act_k **xs = malloc(sizeof(act_k *) * M);
-    const act_l1 **ls = malloc(sizeof(act_l1 *) * M);
-    if (!acts || !l1 || !xs || !ls) {
-        free(acts), free(l1), free(xs), free(ls);
-        return -1;
-    }
-    for (int64_t i = 0; i < M; i++) {
-        hi4_l1(acts + i * blocks, l1 + i * blocks, blocks);
-        xs[i] = acts + i * blocks, ls[i] = l1 + i * blocks;
-    }
+    hi4_inputs in;
+    if (hi4_prepare(x, M, K, &in)) return -1;
+    const act_k **xs = in.xs;
+    const act_l1 **ls = in.ls;
     const int width = kernel == KERNEL_AVX2 ? GROUP : GROUP512; /* inputs sharing each unpacked piece */
     const int64_t groups = (M + width - 1) / width;
 #pragma omp parallel for num_threads(threads) schedule(static)
@@ -161,7 +182,7 @@ TARGET static int hi4_matmul(const uint8_t *w, const float *x, float *approx, fl
             i0 += nx;
         }
     }
-    free(acts), free(l1), free(xs), free(ls);
+    hi4_release(&in);
     return 0;
 }
 
@@ -290,18 +311,10 @@ static const hi4_group_fn hi4_group_for[HI4_R16_INPUTS + 1] = {NULL, hi4_group_1
 TARGET512 static int hi4_r16_matmul(const uint8_t *w, const float *x, float *approx, float *bound, int64_t N,
                                     int64_t K, int64_t M, int threads) {
     const int64_t blocks = K / QK, groups = N / 16;
-    act_k *acts = hi4_quantize_inputs(x, M, K);
-    act_l1 *l1 = malloc(sizeof(act_l1) * blocks * M);
-    const act_k **xs = malloc(sizeof(act_k *) * M);
-    const act_l1 **ls = malloc(sizeof(act_l1 *) * M);
-    if (!acts || !l1 || !xs || !ls) {
-        free(acts), free(l1), free(xs), free(ls);
-        return -1;
-    }
-    for (int64_t i = 0; i < M; i++) {
-        hi4_l1(acts + i * blocks, l1 + i * blocks, blocks);
-        xs[i] = acts + i * blocks, ls[i] = l1 + i * blocks;
-    }
+    hi4_inputs in;
+    if (hi4_prepare(x, M, K, &in)) return -1;
+    const act_k **xs = in.xs;
+    const act_l1 **ls = in.ls;
     const int64_t passes = (M + HI4_R16_INPUTS - 1) / HI4_R16_INPUTS;
 #pragma omp parallel for num_threads(threads) schedule(static)
     for (int64_t g = 0; g < groups; g++) {
@@ -315,7 +328,7 @@ TARGET512 static int hi4_r16_matmul(const uint8_t *w, const float *x, float *app
             i0 += nx;
         }
     }
-    free(acts), free(l1), free(xs), free(ls);
+    hi4_release(&in);
     return 0;
 }
 
