@@ -33,7 +33,6 @@ BOUND_MARGIN = 2.0 ** -10
 # Above this share of candidate rows the Q6_K head runs whole: that many rows read one by one cost about as much.
 FULL_HEAD_SHARE = 0.25
 GROUPED_KERNEL = "avx512-vnni"  # the product kernel whose instructions the grouped first pass needs
-GROUP_ROWS = 16
 # Passes of up to this many logits run the grouped first pass (a verify pass of k up to 15); the rows' first pass is
 # compute-bound from 2 rows on, so without the groups only one-logit passes run the argmax head.
 GROUPED_MAX_ROWS = 16
@@ -54,7 +53,7 @@ class ArgmaxHead:
         self.head = head
         self.rows = head.in_layout("rows")  # the candidates are gathered from the file's rows
         self.out_features, self.in_features = head.shape
-        self.grouped = GROUPED_KERNEL in quant.kernels() and self.out_features % GROUP_ROWS == 0
+        self.grouped = GROUPED_KERNEL in quant.kernels() and self.out_features % quant.R16_ROWS == 0
         self.hi4_groups = None  # the top bits in groups of 16 rows, where the first pass runs grouped
         self._hi4 = None  # in the file's rows, made on first use
         if self.grouped:

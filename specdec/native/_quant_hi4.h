@@ -167,8 +167,6 @@ TARGET static int hi4_matmul(const uint8_t *w, const float *x, float *approx, fl
     const int64_t blocks = K / QK, stride = blocks * HI4_BLOCK_BYTES;
     hi4_inputs in;
     if (hi4_prepare(x, M, K, &in)) return -1;
-    const act_k **xs = in.xs;
-    const act_l1 **ls = in.ls;
     const int width = kernel == KERNEL_AVX2 ? GROUP : GROUP512; /* inputs sharing each unpacked piece */
     const int64_t groups = (M + width - 1) / width;
 #pragma omp parallel for num_threads(threads) schedule(static)
@@ -176,7 +174,7 @@ TARGET static int hi4_matmul(const uint8_t *w, const float *x, float *approx, fl
         for (int64_t g = 0, i0 = 0; g < groups; g++) {
             const int nx = (int)(M / groups + (g < M % groups));
             float a[GROUP512], b[GROUP512];
-            (kernel == KERNEL_AVX2 ? hi4_avx2_for : hi4_vnni_for)[nx](w + n * stride, xs + i0, ls + i0, blocks,
+            (kernel == KERNEL_AVX2 ? hi4_avx2_for : hi4_vnni_for)[nx](w + n * stride, in.xs + i0, in.ls + i0, blocks,
                                                                      (N - n) * stride, a, b);
             for (int i = 0; i < nx; i++) approx[(i0 + i) * N + n] = a[i], bound[(i0 + i) * N + n] = b[i];
             i0 += nx;
@@ -197,21 +195,21 @@ TARGET static int hi4_matmul(const uint8_t *w, const float *x, float *approx, fl
  * A group's block, 16 x 146 bytes: d of the 16 rows (fp16) at 0; scale s of row r at 32 + 16 s + r; the top four
  * bits in 32 pieces of 64 bytes from 288, piece 4 p + k (p < 8, k < 4) holding row r's 4 bytes at 4 r, byte j with
  * value 16 p + 4 k + j's in its low nibble and value 128 + 16 p + 4 k + j's in its high one. */
-#define HI4_R16_BYTES (16 * HI4_BLOCK_BYTES)
+#define HI4_R16_BYTES (R16 * HI4_BLOCK_BYTES)
 #define HI4_R16_SCALES 32
 #define HI4_R16_QS 288
 #define HI4_R16_INPUTS 8 /* inputs a pass: two accumulators and two sums an input */
 
 /* N Q6_K rows (the file's rows, N a multiple of 16) of `blocks` blocks to Q6_K_HI4 groups of 16 rows. */
 static void hi4_r16_pack(const uint8_t *rows, uint8_t *out, int64_t N, int64_t blocks) {
-    for (int64_t g = 0; g < N / 16; g++)
+    for (int64_t g = 0; g < N / R16; g++)
         for (int64_t b = 0; b < blocks; b++) {
             uint8_t *o = out + (g * blocks + b) * HI4_R16_BYTES;
             memset(o, 0, HI4_R16_BYTES);
-            for (int r = 0; r < 16; r++) {
-                const uint8_t *w = rows + ((16 * g + r) * blocks + b) * 210;
+            for (int r = 0; r < R16; r++) {
+                const uint8_t *w = rows + ((R16 * g + r) * blocks + b) * 210;
                 memcpy(o + 2 * r, w + 208, 2);
-                for (int sub = 0; sub < 16; sub++) o[HI4_R16_SCALES + 16 * sub + r] = w[192 + sub];
+                for (int sub = 0; sub < 16; sub++) o[HI4_R16_SCALES + R16 * sub + r] = w[192 + sub];
                 for (int j = 0; j < QK; j++) {
                     const int v = j % 128, p = v / 16, k = v % 16 / 4;
                     o[HI4_R16_QS + 64 * (4 * p + k) + 4 * r + v % 4] |=
@@ -221,14 +219,12 @@ static void hi4_r16_pack(const uint8_t *rows, uint8_t *out, int64_t N, int64_t b
         }
 }
 
-/* Row r's scales s and t of a group's block as the word pair (s in the low word, t in the high) of lane r, times
- * `times` (int16 products: |times x scale| < 2^15 for the 8 and -61 used here). */
-TARGET512 static inline __attribute__((always_inline)) __m512i hi4_r16_pair(const uint8_t *w, int s, int t, int times) {
-    const __m512i a = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(w + HI4_R16_SCALES + 16 * s)));
-    const __m512i b = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(w + HI4_R16_SCALES + 16 * t)));
-    const __m512i m = _mm512_set1_epi32(times);
-    return _mm512_or_si512(_mm512_and_si512(_mm512_mullo_epi32(a, m), _mm512_set1_epi32(0xFFFF)),
-                           _mm512_slli_epi32(_mm512_mullo_epi32(b, m), 16));
+/* Row r's scales s and t of a group's block as the word pair (s in the low word, t in the high) of lane r. The
+ * multiples the pass needs are taken of the pair's words (8 x and -61 x a scale stay under 2^15). */
+TARGET512 static inline __attribute__((always_inline)) __m512i hi4_r16_pair(const uint8_t *w, int s, int t) {
+    const __m512i a = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(w + HI4_R16_SCALES + R16 * s)));
+    const __m512i b = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(w + HI4_R16_SCALES + R16 * t)));
+    return _mm512_or_si512(_mm512_and_si512(a, _mm512_set1_epi32(0xFFFF)), _mm512_slli_epi32(b, 16));
 }
 
 /* One group of 16 rows against nx inputs: approx[16 i + r] and bound[16 i + r] (the bound before the margin).
@@ -246,8 +242,8 @@ TARGET512 static inline __attribute__((always_inline)) void hi4_group(const uint
         __m512i total[HI4_R16_INPUTS], l1[HI4_R16_INPUTS];
         for (int i = 0; i < nx; i++) total[i] = l1[i] = _mm512_setzero_si512();
         for (int q = 0; q < 8; q++) { /* 16s 2q, 2q + 1: -61 x scale x their sums, and |scale| x their l1 */
-            const __m512i offset = hi4_r16_pair(w, 2 * q, 2 * q + 1, -61);
-            const __m512i size = _mm512_abs_epi16(hi4_r16_pair(w, 2 * q, 2 * q + 1, 1));
+            const __m512i pair = hi4_r16_pair(w, 2 * q, 2 * q + 1);
+            const __m512i offset = _mm512_mullo_epi16(pair, _mm512_set1_epi16(-61)), size = _mm512_abs_epi16(pair);
             for (int i = 0; i < nx; i++) {
                 int32_t sums, l1s;
                 memcpy(&sums, x[i][b].sums + 2 * q, 4);
@@ -272,7 +268,7 @@ TARGET512 static inline __attribute__((always_inline)) void hi4_group(const uint
                     hi_sum[i] = _mm512_dpbusd_epi32(hi_sum[i], hi, _mm512_set1_epi32(c));
                 }
             }
-            const __m512i scales = hi4_r16_pair(w, p, 8 + p, 8);
+            const __m512i scales = _mm512_slli_epi16(hi4_r16_pair(w, p, 8 + p), 3);
             for (int i = 0; i < nx; i++) {
                 const __m512i pairs = _mm512_mask_shuffle_epi8(lo_sum[i], (__mmask64)0xCCCCCCCCCCCCCCCCull,
                                                                hi_sum[i], low_to_high);
@@ -310,21 +306,22 @@ static const hi4_group_fn hi4_group_for[HI4_R16_INPUTS + 1] = {NULL, hi4_group_1
  * (the passes as even as they can be). */
 TARGET512 static int hi4_r16_matmul(const uint8_t *w, const float *x, float *approx, float *bound, int64_t N,
                                     int64_t K, int64_t M, int threads) {
-    const int64_t blocks = K / QK, groups = N / 16;
+    const int64_t blocks = K / QK, groups = N / R16;
     hi4_inputs in;
     if (hi4_prepare(x, M, K, &in)) return -1;
-    const act_k **xs = in.xs;
-    const act_l1 **ls = in.ls;
     const int64_t passes = (M + HI4_R16_INPUTS - 1) / HI4_R16_INPUTS;
 #pragma omp parallel for num_threads(threads) schedule(static)
     for (int64_t g = 0; g < groups; g++) {
         for (int64_t pass = 0, i0 = 0; pass < passes; pass++) {
             const int nx = (int)(M / passes + (pass < M % passes));
-            float a[16 * HI4_R16_INPUTS], bd[16 * HI4_R16_INPUTS];
-            hi4_group_for[nx](w + g * blocks * HI4_R16_BYTES, xs + i0, ls + i0, blocks, (groups - g) * blocks, a, bd);
+            float a[R16 * HI4_R16_INPUTS], bd[R16 * HI4_R16_INPUTS];
+            hi4_group_for[nx](w + g * blocks * HI4_R16_BYTES, in.xs + i0, in.ls + i0, blocks, (groups - g) * blocks,
+                              a, bd);
             for (int i = 0; i < nx; i++)
-                for (int r = 0; r < 16; r++)
-                    approx[(i0 + i) * N + 16 * g + r] = a[16 * i + r], bound[(i0 + i) * N + 16 * g + r] = bd[16 * i + r];
+                for (int r = 0; r < R16; r++) {
+                    approx[(i0 + i) * N + R16 * g + r] = a[R16 * i + r];
+                    bound[(i0 + i) * N + R16 * g + r] = bd[R16 * i + r];
+                }
             i0 += nx;
         }
     }
