@@ -2,6 +2,9 @@
 the product equal to the quantised arithmetic it claims (8-bit activations per block, integer dots), batch-invariant
 bit for bit, and every call checked before it enters C."""
 
+import re
+import shutil
+import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -417,3 +420,38 @@ def test_weight_buffers_are_writable_bytes_of_the_shape_asked_for():
     assert int(buffer.sum()) == 105
     grouped = random_quant_matrix("Q4_K", 16, 256).in_layout("r16")
     assert grouped.raw.shape == (16, quant.row_bytes("Q4_K", 256, "r16"))
+
+
+# The product functions that ask for their weights ahead (row_prefetch, r16_prefetch_step in _quant_kernels.h): the
+# row functions, the group functions at every input count, the argmax head's first pass over rows.
+PREFETCHING_FUNCTIONS = re.compile(r"^(row_q(4_k|6_k|5_0|8_0)(_256|_512)?|group_q(4_k|6_k|5_0|8_0)_r16_(256|512)"
+                                   r"|hi4_row_(avx2|vnni))_\d+$")
+
+
+def function_bodies(library: str) -> dict[str, str]:
+    """name -> the disassembly of each local function of a shared library (nm for the bounds, objdump for the text)."""
+    symbols = subprocess.run(["nm", "-n", library], check=True, capture_output=True, text=True).stdout.split("\n")
+    starts = [(int(fields[0], 16), fields[2]) for fields in map(str.split, symbols)
+              if len(fields) == 3 and fields[1] in "tT"]
+    bodies = {}
+    for (start, name), (stop, _) in zip(starts, starts[1:]):
+        if PREFETCHING_FUNCTIONS.match(name):
+            bodies[name] = subprocess.run(
+                ["objdump", "-d", "--no-show-raw-insn", f"--start-address={start}", f"--stop-address={stop}",
+                 library], check=True, capture_output=True, text=True).stdout
+    return bodies
+
+
+@pytest.mark.skipif(not (shutil.which("nm") and shutil.which("objdump")), reason="needs binutils (nm, objdump)")
+def test_every_product_function_that_asks_for_its_weights_ahead_does_in_the_build():
+    """A prefetch changes no value, so no bit test notices one the compiler dropped: GCC 12 removed the call to a
+    prefetch helper it kept out of line (a function with no visible effect), leaving every row function and every
+    one-input group function of an earlier build without one. The built functions must hold the instruction."""
+    from specdec.native import _quant
+
+    bodies = function_bodies(_quant.__file__)
+    assert len(bodies) >= 100, sorted(bodies)  # the names still match the build's functions
+    assert {"row_q6_k_1", "row_q4_k_512_5", "group_q6_k_r16_512_1", "group_q4_k_r16_256_8",
+            "hi4_row_vnni_1"} <= set(bodies)
+    missing = sorted(name for name, text in bodies.items() if "prefetch" not in text)
+    assert not missing, f"no prefetch instruction in {missing}"

@@ -46,9 +46,18 @@
  * (experiments/cpu-lead, seventh run). */
 #define ROW_AHEAD 2048
 
+/* The prefetch helpers below are always inlined. Left to GCC 12, a helper called from a large function stayed out of
+ * line, and the call was then removed: a function whose only effect is a prefetch has none the compiler can see.
+ * Build 6524d8c5ae4a-... had no prefetch instruction in 84 of the 124 functions that ask for one: the 64 row
+ * functions, the argmax head's 12 over rows and the 8 one-input group functions. AMD EPYC Zen 5, one process,
+ * interleaved: the 1.5B's Q6_K head in groups at one row 9.6 ms, with the prefetch 5.4; its 28 ffn_down at five
+ * rows in the file's rows 28 against 17 ms (experiments/cpu-lead, fifteenth run). tests/test_quant.py checks the
+ * built functions for the instruction. */
+#define PREFETCH_HELPER static inline __attribute__((always_inline))
+
 /* Asks for the block_bytes at ROW_AHEAD past block w's start, as far as they lie inside the matrix (left: its bytes
  * from w on). A prefetch changes no value. */
-static inline void row_prefetch(const uint8_t *w, int block_bytes, int64_t left) {
+PREFETCH_HELPER void row_prefetch(const uint8_t *w, int block_bytes, int64_t left) {
     for (int off = 0; off < block_bytes && ROW_AHEAD + off < left; off += 64)
         _mm_prefetch((const char *)(w + ROW_AHEAD + off), _MM_HINT_T0);
 }
@@ -859,7 +868,7 @@ ROW_Q32(row_q8_0_512, TARGET512, GROUP512, 34, q8_0_quants, dot_act_vnni)
 
 /* Asks for the bytes of the block R16_AHEAD blocks on (when the group or the next one has it): a prefetch changes
  * no value. */
-static inline void r16_prefetch(const uint8_t *w, int block_bytes, int64_t b, int64_t room) {
+PREFETCH_HELPER void r16_prefetch(const uint8_t *w, int block_bytes, int64_t b, int64_t room) {
     if (b + R16_AHEAD < room)
         for (int off = 0; off < block_bytes; off += 64)
             _mm_prefetch((const char *)(w + R16_AHEAD * block_bytes + off), _MM_HINT_T0);
@@ -871,7 +880,8 @@ static inline void r16_prefetch(const uint8_t *w, int block_bytes, int64_t b, in
 
 /* A group function's prefetch at step `part` of the `parts` steps of its inner loop over a block, for nx inputs.
  * - One input: all of the block R16_AHEAD blocks on at the first step (r16_prefetch), into L1. Its arithmetic is
- *   short; dealt out, a one-token step took 8-20% longer (eighth run), and 15% longer in the thirteenth.
+ *   short; dealt out, a one-token step took 8-20% longer (eighth run), and 15% longer in the thirteenth (against
+ *   builds whose one-input functions may have had no prefetch at all: see PREFETCH_HELPER).
  * - Two inputs or more: the lines of the block R16_AHEAD_BYTES on, dealt into `parts` shares, one share a step, and
  *   into L2 only (_MM_HINT_T1). All of a block's lines at once (37 for Q4_K, 53 for Q6_K) filled the core's miss
  *   buffers, and the arithmetic waited behind them (eighth run). Asked into L1, 2 KB on, the lines came too late
@@ -882,8 +892,8 @@ static inline void r16_prefetch(const uint8_t *w, int block_bytes, int64_t b, in
  *   better than 2 KB; into L3 (_MM_HINT_T2) as into L2; the 0.5B draft 0.83-0.97 (experiments/cpu-lead,
  *   thirteenth run).
  * Every line asked for lies inside that block. A prefetch changes no value. */
-static inline void r16_prefetch_step(const uint8_t *w, int block_bytes, int64_t b, int64_t room, int nx, int part,
-                                     int parts) {
+PREFETCH_HELPER void r16_prefetch_step(const uint8_t *w, int block_bytes, int64_t b, int64_t room, int nx, int part,
+                                   int parts) {
     if (nx == 1) {
         if (part == 0)
             r16_prefetch(w, block_bytes, b, room);
