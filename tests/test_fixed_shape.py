@@ -86,13 +86,15 @@ def test_the_identity_check_has_power():
     """On this CPU the same check catches the passes that are not fixed-shape: unpadded passes in fp32 (MKL's
     product of one row is not its product of m rows), and a CachedLM (keys of the pass's own length, torch's causal
     attention) in fp32 and bf16. Unpadded bf16 passes happen to be identical here: the static cache's fixed key
-    length, not the padding, is what that dtype needed on this machine."""
+    length, not the padding, is what that dtype needed on this machine. How many of the 494 rows a CachedLM's bf16
+    passes change depends on the CPU's bf16 kernels: over 100 with AVX512-BF16, 37 on the AMD EPYC Zen 3 (AVX2 only);
+    20 is far from none."""
     model = model_on("cpu", torch.float32)
     single, passes = step_and_pass_logits(UnpaddedLM(model, 64, ROWS), TOKENS, PROMPT, STEPS)
     assert count_differing_rows(single, passes)[0] > 100
-    for dtype in (torch.float32, torch.bfloat16):
+    for dtype, least in ((torch.float32, 100), (torch.bfloat16, 20)):
         single, passes = step_and_pass_logits(CachedLM(model_on("cpu", dtype)), TOKENS, PROMPT, STEPS)
-        assert count_differing_rows(single, passes)[0] > 100, dtype
+        assert count_differing_rows(single, passes)[0] > least, dtype
 
 
 # --- the session computes the model ---------------------------------------------------------------------------------

@@ -376,12 +376,16 @@ def test_the_native_calls_check_the_grouped_layouts_sizes():
 def test_the_layout_a_model_loads_with_follows_the_kernel_and_can_be_named(monkeypatch):
     monkeypatch.delenv(quant.LAYOUT_ENV, raising=False)
     wide = quant.kernel_name() != "avx2"
-    assert quant.preferred_layout("Q4_K", 32) == ("r16" if wide else "rows")
+    assert quant.preferred_layout("Q4_K", 32) == "r16"  # every kernel multiplies Q4_K's groups fastest
     assert quant.preferred_layout("Q6_K", 32) == ("r16" if wide else "rows")
     assert quant.preferred_layout("Q5_0", 32) == quant.preferred_layout("Q8_0", 32) == ("r16" if wide else "rows")
     assert quant.preferred_layout("Q4_K", 24) == "rows" and quant.preferred_layout("F16", 32) == "rows"
     with quant.use_kernel("avx2"):
-        assert quant.preferred_layout("Q4_K", 32) == "rows"
+        assert quant.preferred_layout("Q4_K", 32) == "r16" and quant.preferred_layout("Q6_K", 32) == "rows"
+    # avx2 has no group function for Q8_0 (its groups are unpacked to rows there): never its default, never a plan's
+    assert [quant.groups_run_natively(t, "avx2") for t in ("Q4_K", "Q6_K", "Q5_0", "Q8_0", "F16")] == [
+        True, True, True, False, False]
+    assert all(quant.groups_run_natively(t, "avx512-vnni") for t in quant.R16_BLOCK_BYTES)
     monkeypatch.setenv(quant.LAYOUT_ENV, "rows")
     assert quant.preferred_layout("Q4_K", 32) == "rows"
     monkeypatch.setenv(quant.LAYOUT_ENV, "r32")

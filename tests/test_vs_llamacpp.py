@@ -199,6 +199,38 @@ def test_settings_fill_defaults_and_match_the_schema():
         "llamacpp"]
 
 
+def test_a_later_layer_drops_a_draft_and_llamacpps_speculative_run_with_null():
+    """Config layers merge dictionaries, so a null is how a layer removes what an earlier one named
+    (experiments/cpu-lead/three-drafts.yaml): the draft leaves the methods, and llama.cpp runs plain only."""
+    from specdec.study.peers.llamacpp import side_by_side_settings
+
+    s = side_by_side_settings({"vs_llamacpp": {"drafts": {"lookup": 2, "model": None}, "llamacpp": {"draft": None}}})
+    assert s["drafts"] == {"lookup": 2} and s["llamacpp"]["draft"] is None
+    methods = methods_for(s["drafts"], s["llamacpp"]["draft"], s["llamacpp"]["k"])
+    assert [str(m) for m in methods] == ["specdec plain", "specdec lookup k2", "llama.cpp plain"]
+
+
+def test_the_three_draft_layer_plans_jobs_without_the_dropped_drafts_or_llamacpps_draft():
+    result = _dry_run("--configfile", "config/gguf.yaml", "experiments/cpu-lead/config.yaml",
+                      "experiments/cpu-lead/three-drafts.yaml", "--",
+                      "results/experiments/cpu-lead/a-test-machine/vs_llamacpp/runs/code.parquet",
+                      env={"SPECDEC_MACHINE": "a-test-machine"})
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output[-4000:]
+    import yaml
+    from snakemake.utils import update_config
+
+    from specdec.study.peers.llamacpp import side_by_side_settings
+
+    config = {}
+    for layer in ("config.yaml", "config/gguf.yaml", "experiments/cpu-lead/config.yaml",
+                  "experiments/cpu-lead/three-drafts.yaml"):  # stacked as Snakemake stacks --configfile layers
+        update_config(config, yaml.safe_load((REPO / layer).read_text()))
+    settings = side_by_side_settings(config)
+    assert settings["drafts"] == {"lookup": 2, "coder-0.5b-v64k": 2, "coder-0.5b-long-lookup": 6}
+    assert settings["llamacpp"]["draft"] is None
+
+
 def _dry_run(*args, env=None):
     return subprocess.run([sys.executable, "-m", "snakemake", "--dry-run", "--forceall", "--nolock", "--cores", "2",
                            *args], cwd=REPO, capture_output=True, text=True, timeout=600,

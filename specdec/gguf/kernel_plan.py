@@ -14,7 +14,7 @@ two medians.
 
 The kernel runs the whole process, because one native call runs a pass's layers. It is the one whose classes'
 best scores sum lowest. Each class then takes its best layout on that kernel. A candidate replaces the default (the
-last kernel of `quant.kernels()`, groups of 16 rows where the kernel has them) only when it scores at least MARGIN
+last kernel of `quant.kernels()` on `quant.default_layout`'s layouts) only when it scores at least MARGIN
 lower, so noise does not flip a plan. A class whose best layout at 1 row and best at 4 rows differ, each by MARGIN,
 keeps both (`verify_layouts`): the model holds that class's matrices twice, and passes of 2 rows or more run the
 second copy (the head: passes of 2 logits or more). AMD EPYC Zen 4: the Q6_K layers and the Q6_K head in the
@@ -50,8 +50,9 @@ REPEATS = 5
 MARGIN = 0.05         # a candidate must beat the default by this fraction to replace it (copies of one matrix
                       # in other memory differ by a few percent on a busy host: not a reason)
 HEAD = "head"
-RULES = 2             # how a plan is chosen from its timings; a plan cached under other rules is measured again
-                      # (2: the head may keep a second copy for passes of several logits, as the layers' classes)
+RULES = 3             # how a plan is chosen from its timings; a plan cached under other rules is measured again
+                      # (2: the head may keep a second copy for passes of several logits, as the layers' classes;
+                      # 3: avx2 has groups of 16 rows among its candidates, Q4_K's by default)
 
 
 @dataclass(frozen=True)
@@ -69,16 +70,23 @@ class KernelPlan:
 
     def layout(self, cls: str, qtype: str, rows: int) -> str:
         """The layout of a matrix of class `cls` (its type, `rows` high)."""
-        default = quant.preferred_layout(qtype, rows)
-        return _fitted(self.layouts.get(cls, default), default)
+        layout = self.layouts.get(cls)
+        if layout is None:
+            return quant.preferred_layout(qtype, rows)
+        return self._fitted(layout, qtype, rows)
 
     def verify_layout(self, cls: str, qtype: str, rows: int) -> str | None:
         """The layout of the second copy that passes of 2 rows or more run, for a matrix of class `cls`; None where
         the class has none, or the type or height cannot take it (those passes run the one copy)."""
         layout = self.verify_layouts.get(cls)
-        if layout is None or _fitted(layout, quant.preferred_layout(qtype, rows)) != layout:
+        if layout is None or self._fitted(layout, qtype, rows) != layout:
             return None
         return layout
+
+    def _fitted(self, layout: str, qtype: str, rows: int) -> str:
+        """`layout`, or the file's rows where it is groups of 16 that this matrix cannot take on the plan's kernel
+        (its type or height, or $SPECDEC_QUANT_LAYOUT=rows)."""
+        return "rows" if layout == "r16" and not quant.can_group(qtype, rows, self.kernel) else layout
 
     def label(self) -> str:
         """What a step records: the kernel, "-r16" where the layers are in groups of 16 rows, and each class whose
@@ -97,12 +105,6 @@ class KernelPlan:
         if self.verify_layouts:
             record["verify_layouts"] = dict(sorted(self.verify_layouts.items()))
         return record
-
-
-def _fitted(layout: str, default: str) -> str:
-    """`layout`, or the file's rows where it is groups of 16 and the matrix's default layout is rows: its type or
-    height has no groups of 16."""
-    return "rows" if layout == "r16" and default == "rows" else layout
 
 
 def default_plan() -> KernelPlan:
@@ -182,7 +184,7 @@ def cached_plan(path, kernel: str | None = None, threads: int | None = None) -> 
 
 def _candidates(kernel: str | None) -> list[tuple[str, str]]:
     kernels = [kernel] if kernel else list(quant.kernels())
-    return [(k, layout) for k in kernels for layout in quant.LAYOUTS if layout == "rows" or k != "avx2"]
+    return [(k, layout) for k in kernels for layout in quant.LAYOUTS]
 
 
 def _time_class(matrices: dict[str, list[QuantMatrix]], candidates,
@@ -210,7 +212,9 @@ def measure(path, classes: dict[str, list[QuantMatrix]], kernel: str | None = No
         layouts = {"rows": rows}
         if all(m.qtype in quant.R16_BLOCK_BYTES and m.out_features % quant.R16_ROWS == 0 for m in rows):
             layouts["r16"] = [m.in_layout("r16") for m in rows]
-        usable = [c for c in candidates if c[1] in layouts]
+        qtype = rows[0].qtype
+        usable = [(k, layout) for k, layout in candidates
+                  if layout in layouts and (layout == "rows" or quant.groups_run_natively(qtype, k))]
         inputs = {(m, k): torch.randn(m, k) for m in ROWS for k in {matrix.in_features for matrix in rows}}
         for layout_matrices in layouts.values():  # first touch, outside the timing
             for matrix in layout_matrices:
@@ -224,7 +228,8 @@ def measure(path, classes: dict[str, list[QuantMatrix]], kernel: str | None = No
         """The class's layout on kernel k by its score, or (rows given) by its time at that row count alone."""
         options = {layout: (ms if rows is None else by_rows[cls][kk, layout][rows])
                    for (kk, layout), ms in scores[cls].items() if kk == k}
-        default = "r16" if "r16" in options and k != "avx2" else "rows"
+        default = quant.default_layout(classes[cls][0].qtype, k)
+        default = default if default in options else "rows"
         pick = min(options, key=options.get)
         if options[pick] > options[default] * (1 - MARGIN):
             pick = default

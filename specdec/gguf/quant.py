@@ -116,17 +116,43 @@ R16_BLOCK_BYTES = {"Q4_K": 148, "Q6_K": 210, "Q5_0": 22, "Q8_0": 34}
 LAYOUT_ENV = "SPECDEC_QUANT_LAYOUT"
 
 
-def preferred_layout(qtype: str, out_features: int) -> str:
-    """The layout a matrix of this type and height is given when a model loads: "r16" for the types that have it
-    (`R16_BLOCK_BYTES`; whole groups of 16 rows) where the product kernel is an AVX-512 one (measured faster
-    there: docs/quantized.md; amx runs Q4_K passes of 48 or more rows of that layout on its tiles), else "rows";
-    $SPECDEC_QUANT_LAYOUT=rows keeps every matrix in the file's rows. Either layout gives the same bits."""
+# The grouped types the avx2 kernel loads in groups by default: Q4_K (AMD EPYC Zen 3, one thread, the 1.5B's ffn_up:
+# 0.51-0.62 of the rows' time at 1-8 rows); Q6_K's groups there took 1.3-1.5x the rows' (experiments/cpu-lead,
+# sixteenth run), so the kernel plan decides them by measuring. The AVX-512 kernels group every type that has it.
+AVX2_GROUPED = frozenset({"Q4_K"})
+
+
+def groups_run_natively(qtype: str, kernel: str) -> bool:
+    """Whether `kernel` multiplies this type's groups of 16 rows with its group functions: every grouped type but
+    Q8_0 on avx2 (its unsigned quants would saturate vpmaddubsw there, so its groups are unpacked to rows per call:
+    correct, for tests, never fast)."""
+    return qtype in R16_BLOCK_BYTES and not (kernel == "avx2" and qtype == "Q8_0")
+
+
+def default_layout(qtype: str, kernel: str) -> str:
+    """The layout a matrix of this type takes on `kernel` unless a kernel plan says otherwise: "r16" for every
+    grouped type on the AVX-512 kernels (measured faster there: docs/quantized.md; amx runs Q4_K passes of 48 or
+    more rows of that layout on its tiles) and for AVX2_GROUPED on avx2, else "rows"."""
+    if qtype not in R16_BLOCK_BYTES:
+        return "rows"
+    return "r16" if kernel != "avx2" or qtype in AVX2_GROUPED else "rows"
+
+
+def can_group(qtype: str, out_features: int, kernel: str | None = None) -> bool:
+    """Whether a matrix of this type and height may load in groups of 16 rows for `kernel` (default: this
+    process's): whole groups, a type whose groups the kernel multiplies, and $SPECDEC_QUANT_LAYOUT not "rows"."""
     wanted = os.environ.get(LAYOUT_ENV, "auto")
     if wanted not in ("auto", "rows"):
         raise ValueError(f"{LAYOUT_ENV}={wanted!r}: expected 'auto' or 'rows'")
-    if wanted == "rows" or qtype not in R16_BLOCK_BYTES or out_features % R16_ROWS or not available():
-        return "rows"
-    return "rows" if kernel_name() == "avx2" else "r16"
+    return (wanted == "auto" and out_features % R16_ROWS == 0 and available()
+            and groups_run_natively(qtype, kernel or kernel_name()))
+
+
+def preferred_layout(qtype: str, out_features: int) -> str:
+    """The layout a matrix of this type and height is given when a model loads: `default_layout` on this process's
+    kernel where it `can_group`, else "rows"; $SPECDEC_QUANT_LAYOUT=rows keeps every matrix in the file's rows.
+    Either layout gives the same bits."""
+    return default_layout(qtype, kernel_name()) if can_group(qtype, out_features) else "rows"
 
 
 def kernel_label(grouped: bool | None = None) -> str:

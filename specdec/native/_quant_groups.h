@@ -1,10 +1,13 @@
 /* The group functions (Q4_K_R16, Q6_K_R16, Q5_0_R16, Q8_0_R16: the 16 outputs of one group of rows for up to
  * R16_INPUTS inputs, out[i * R16 + r]) on GROUP_BITS-bit registers. _quant_kernels.h includes this file once per
- * width: 512 (16 rows a register: the avx512-vnni and amx kernels) and 256 (8 rows a register, each group in two
- * parts: the avx512-vnni-256 kernel, the AVX512-VL encodings of the same instructions, for CPUs that run a 512-bit
- * instruction as two 256-bit halves). Lane r of part h is row GL h + r, and every lane takes the same integer and
- * float operations in the same order at either width, so both give the same bits (and the row code's: the layouts
- * and why are above q4k_pack_block .. q8_0_pack_block). No include guard: included twice on purpose. */
+ * kernel family: 512 bits (16 rows a register: the avx512-vnni and amx kernels), 256 bits with VNNI (8 rows a
+ * register, each group in two parts: the avx512-vnni-256 kernel, the AVX512-VL encodings of the same instructions,
+ * for CPUs that run a 512-bit instruction as two 256-bit halves) and 256 bits on AVX2 alone (GROUP_NO_VNNI: the avx2
+ * kernel; vpdpbusd as vpmaddubsw then vpmaddwd by ones, exact where no pair of products leaves int16: the 4-, 5- and
+ * 6-bit quants, so not Q8_0, whose groups AVX2 unpacks to rows). Lane r of part h is row GL h + r, and every lane
+ * takes the same integer and float operations in the same order at either width, so all give the same bits (and the
+ * row code's: the layouts and why are above q4k_pack_block .. q8_0_pack_block). GROUP_ISA: the functions' target;
+ * GROUP_SUFFIX: their names' (group_q4_k_r16_512, _256, _avx2). No include guard: included three times on purpose. */
 #if GROUP_BITS == 512
 #define GL 16
 #define VI __m512i
@@ -23,7 +26,7 @@
 #define V_SET1_8 _mm512_set1_epi8
 #define V_SET1_32 _mm512_set1_epi32
 #define V_ZERO _mm512_setzero_si512
-#define V_TERNARY _mm512_ternarylogic_epi32
+#define V_OR_AND(a, b, c) _mm512_ternarylogic_epi32((a), (b), (c), 0xF8) /* a | (b & c) */
 #define V_SHUFFLE8 _mm512_shuffle_epi8
 #define V_BROADCAST128 _mm512_broadcast_i32x4
 #define V_U8_TO_32(p) _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(p)))
@@ -50,13 +53,19 @@
 #define V_ADD32 _mm256_add_epi32
 #define V_SUB32 _mm256_sub_epi32
 #define V_MULLO32 _mm256_mullo_epi32
+#ifdef GROUP_NO_VNNI
+#define V_DPBUSD(acc, u, s) _mm256_add_epi32((acc), _mm256_madd_epi16(_mm256_maddubs_epi16((u), (s)), _mm256_set1_epi16(1)))
+#define V_DPWSSD(acc, a, b) _mm256_add_epi32((acc), _mm256_madd_epi16((a), (b)))
+#define V_OR_AND(a, b, c) _mm256_or_si256((a), _mm256_and_si256((b), (c)))
+#else
 #define V_DPBUSD _mm256_dpbusd_epi32
 #define V_DPWSSD _mm256_dpwssd_epi32
+#define V_OR_AND(a, b, c) _mm256_ternarylogic_epi32((a), (b), (c), 0xF8)
+#endif
 #define V_MADDUBS _mm256_maddubs_epi16
 #define V_SET1_8 _mm256_set1_epi8
 #define V_SET1_32 _mm256_set1_epi32
 #define V_ZERO _mm256_setzero_si256
-#define V_TERNARY _mm256_ternarylogic_epi32
 #define V_SHUFFLE8 _mm256_shuffle_epi8
 #define V_BROADCAST128 _mm256_broadcastsi128_si256
 #define V_U8_TO_32(p) _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(p)))
@@ -83,14 +92,14 @@
 #define GROUP_UNROLL _Pragma("GCC unroll 8")
 #define GCAT2(a, b) a##_##b
 #define GCAT(a, b) GCAT2(a, b)
-#define GNAME(name) GCAT(name, GROUP_BITS)     /* group_q4_k_r16_512, group_q4_k_r16_256, ... */
+#define GNAME(name) GCAT(name, GROUP_SUFFIX)   /* group_q4_k_r16_512, group_q4_k_r16_256, ... */
 /* Where part h's rows start in a block's arrays of 4 quant bytes, 2 bytes (fp16, int16 pairs) or 1 byte per row */
 #define AT4(h) (4 * GL * (h))
 #define AT2(h) (2 * GL * (h))
 #define AT1(h) (GL * (h))
 
 /* Eight accumulators summed lane by lane in hsum8's order: ((a0 + a4) + (a2 + a6)) + ((a1 + a5) + (a3 + a7)). */
-TARGET512 static inline VF GNAME(sum8)(const VF *a) {
+GROUP_ISA static inline VF GNAME(sum8)(const VF *a) {
     return F_ADD(F_ADD(F_ADD(a[0], a[4]), F_ADD(a[2], a[6])), F_ADD(F_ADD(a[1], a[5]), F_ADD(a[3], a[7])));
 }
 
@@ -107,7 +116,7 @@ TARGET512 static inline VF GNAME(sum8)(const VF *a) {
 /* One input's Q4_K block into its accumulator (acc: accumulator b mod 8 of part h; S the block's integer, d and dmin
  * the part's rows' scales): Mn (the rows' mins times the input's sums per 32), then q4k_flush's two roundings. Also
  * the AMX tiles' epilogue (amx_group_q4_k_r16), so both give these bits. */
-TARGET512 static inline __attribute__((always_inline)) void GNAME(q4k_r16_flush)(const uint8_t *w, int h, VF d, VF dmin,
+GROUP_ISA static inline __attribute__((always_inline)) void GNAME(q4k_r16_flush)(const uint8_t *w, int h, VF d, VF dmin,
                                                                                   const act_k *xb, VI S, VF *acc) {
     VI Mn = V_ZERO();
     for (int k = 0; k < 4; k++) { /* lane r: its mins 2k, 2k + 1 times the input's sums of those 32s */
@@ -125,7 +134,7 @@ TARGET512 static inline __attribute__((always_inline)) void GNAME(q4k_r16_flush)
  * blocks from w to the matrix's end (the prefetches stay inside it). Three integer registers an input, so up to
  * R16_K_INPUTS inputs a pass (Intel Xeon, avx512-vnni: 28 ffn_up at 5 rows 0.49 ms in one pass against 0.67-0.79 in
  * 3 + 2; a step at m 5 69-70 against 75 ms). */
-TARGET512 static inline __attribute__((always_inline)) void GNAME(group_q4_k_r16)(const uint8_t *w,
+GROUP_ISA static inline __attribute__((always_inline)) void GNAME(group_q4_k_r16)(const uint8_t *w,
                                                                                    const act_k *const *x, int nx,
                                                                                    int64_t blocks, int64_t room,
                                                                                    float *out) {
@@ -136,6 +145,33 @@ TARGET512 static inline __attribute__((always_inline)) void GNAME(group_q4_k_r16
             VI S[R16_K_INPUTS];
             for (int i = 0; i < nx; i++) S[i] = V_ZERO();
             for (int p = 0; p < 4; p++) { /* chunk p: sub-blocks 2p (low nibbles) and 2p + 1 (high) */
+#ifdef GROUP_NO_VNNI
+                /* AVX2, without vpdpbusd: the eight steps' vpmaddubsw pairs summed as int16 (a lane's eight pairs
+                 * are at most 8 x 2 x 15 x 128 = 30720 in size: exact), then one vpmaddwd by the rows' scales (each
+                 * row's in both of its int16 lanes) per sub-block: one multiply per 32 products instead of two and
+                 * the vpmulld, the same integer S. AMD EPYC Zen 3 (sixteenth run). */
+                VI lo16[R16_K_INPUTS], hi16[R16_K_INPUTS];
+                for (int i = 0; i < nx; i++) lo16[i] = hi16[i] = V_ZERO();
+                GROUP_UNROLL
+                for (int t = 0; t < 8; t++) {
+                    const VI v = V_LOAD(w + R16_QS + 512 * p + 64 * t + AT4(h));
+                    r16_prefetch_step(w, R16_Q4K_BYTES, b, room, nx, (h * 4 + p) * 8 + t, GH * 32);
+                    const VI lo = V_AND(v, low4), hi = V_AND(V_SRLI16(v, 4), low4);
+                    for (int i = 0; i < nx; i++) {
+                        int32_t a, c;
+                        memcpy(&a, x[i][b].q + 64 * p + 4 * t, 4);
+                        memcpy(&c, x[i][b].q + 64 * p + 32 + 4 * t, 4);
+                        lo16[i] = _mm256_add_epi16(lo16[i], V_MADDUBS(lo, V_SET1_32(a)));
+                        hi16[i] = _mm256_add_epi16(hi16[i], V_MADDUBS(hi, V_SET1_32(c)));
+                    }
+                }
+                const uint8_t *scales = w + R16_SCALES + 2 * R16 * p;
+                const VI sc_lo = V_U8_TO_32(scales + AT1(h)), sc_hi = V_U8_TO_32(scales + R16 + AT1(h));
+                const VI sc_lo2 = _mm256_or_si256(sc_lo, V_SLLI32(sc_lo, 16));
+                const VI sc_hi2 = _mm256_or_si256(sc_hi, V_SLLI32(sc_hi, 16));
+                for (int i = 0; i < nx; i++)
+                    S[i] = V_ADD32(S[i], V_ADD32(_mm256_madd_epi16(lo16[i], sc_lo2), _mm256_madd_epi16(hi16[i], sc_hi2)));
+#else
                 VI lo_sum[R16_K_INPUTS], hi_sum[R16_K_INPUTS];
                 for (int i = 0; i < nx; i++) lo_sum[i] = hi_sum[i] = V_ZERO();
                 GROUP_UNROLL
@@ -155,6 +191,7 @@ TARGET512 static inline __attribute__((always_inline)) void GNAME(group_q4_k_r16
                 const VI sc_lo = V_U8_TO_32(scales + AT1(h)), sc_hi = V_U8_TO_32(scales + R16 + AT1(h));
                 for (int i = 0; i < nx; i++)
                     S[i] = V_ADD32(S[i], V_ADD32(V_MULLO32(lo_sum[i], sc_lo), V_MULLO32(hi_sum[i], sc_hi)));
+#endif
             }
             const VF d = F_HALVES(w + R16_D + AT2(h)), dmin = F_HALVES(w + R16_DMIN + AT2(h));
             for (int i = 0; i < nx; i++) GNAME(q4k_r16_flush)(w, h, d, dmin, &x[i][b], S[i], &acc[i][h][b & 7]);
@@ -170,7 +207,7 @@ TARGET512 static inline __attribute__((always_inline)) void GNAME(group_q4_k_r16
  * rows, a verify pass over k = 4, the former eight-lane order took two passes with spills). Each lane's integer and
  * rounding are as before: the same bits. The rows' scales per 32 are unpacked once a block into sc_even / sc_odd.
  * Intel Xeon: 14 ffn_down products at 5 rows 0.80 against 0.95 ms, 1 row alike; not yet timed on an AMD CPU. */
-TARGET512 static inline __attribute__((always_inline)) void GNAME(group_q6_k_r16)(const uint8_t *w,
+GROUP_ISA static inline __attribute__((always_inline)) void GNAME(group_q6_k_r16)(const uint8_t *w,
                                                                                    const act_k *const *x, int nx,
                                                                                    int64_t blocks, int64_t room,
                                                                                    float *out) {
@@ -201,8 +238,8 @@ TARGET512 static inline __attribute__((always_inline)) void GNAME(group_q6_k_r16
                      * is masked off) */
                     const VI h0 = k < 3 ? V_SLLI16(qh0, 4 - 2 * k) : V_SRLI16(qh0, 2);
                     const VI h1 = k < 3 ? V_SLLI16(qh1, 4 - 2 * k) : V_SRLI16(qh1, 2);
-                    const VI q_lo = V_TERNARY(V_AND(v, low4), h0, top2, 0xF8);
-                    const VI q_hi = V_TERNARY(V_AND(V_SRLI16(v, 4), low4), h1, top2, 0xF8); /* a | (b & c) */
+                    const VI q_lo = V_OR_AND(V_AND(v, low4), h0, top2);
+                    const VI q_hi = V_OR_AND(V_AND(V_SRLI16(v, 4), low4), h1, top2);
                     for (int i = 0; i < nx; i++) {
                         int32_t a, c;
                         memcpy(&a, x[i][b].q + 32 * t + 4 * k, 4);
@@ -231,7 +268,7 @@ TARGET512 static inline __attribute__((always_inline)) void GNAME(group_q6_k_r16
 
 /* Per input, (d x the input's d) for part h's rows of a Q5_0 / Q8_0 group's block (d: the 16 rows' fp16 scales at
  * the block's start): ROW_Q32's one multiply. */
-TARGET512 static inline __attribute__((always_inline)) void GNAME(q32_scales)(const uint8_t *w, const act_32 *const *x,
+GROUP_ISA static inline __attribute__((always_inline)) void GNAME(q32_scales)(const uint8_t *w, const act_32 *const *x,
                                                                               int nx, int64_t b, int h, VF *scale) {
     const VF d = F_HALVES(w + AT2(h));
     for (int i = 0; i < nx; i++) scale[i] = F_MUL(d, F_SET1(x[i][b].d));
@@ -239,7 +276,7 @@ TARGET512 static inline __attribute__((always_inline)) void GNAME(q32_scales)(co
 
 /* One block's lane l for part h's rows (q: their unsigned quants of values 4l..4l+3) into input x's accumulator l:
  * the lane's integer from the input's offset, then ROW_Q32's rounding. */
-TARGET512 static inline __attribute__((always_inline)) VF GNAME(q32_lane)(VF acc, VF scale, VI q, const act_32 *x,
+GROUP_ISA static inline __attribute__((always_inline)) VF GNAME(q32_lane)(VF acc, VF scale, VI q, const act_32 *x,
                                                                           int l) {
     int32_t quad;
     memcpy(&quad, x->q + 4 * l, 4);
@@ -248,7 +285,7 @@ TARGET512 static inline __attribute__((always_inline)) VF GNAME(q32_lane)(VF acc
 }
 
 /* Q5_0: the fifth bits joined to the nibbles, then q32_lane per lane and input. */
-TARGET512 static inline __attribute__((always_inline)) void GNAME(group_q5_0_r16)(const uint8_t *w,
+GROUP_ISA static inline __attribute__((always_inline)) void GNAME(group_q5_0_r16)(const uint8_t *w,
                                                                                    const act_32 *const *x, int nx,
                                                                                    int64_t blocks, int64_t room,
                                                                                    float *out) {
@@ -265,8 +302,8 @@ TARGET512 static inline __attribute__((always_inline)) void GNAME(group_q5_0_r16
                 /* the fifth bits of lanes k and k + 4 moved to bit 4 (16-bit shifts: what crosses a byte is masked
                  * off) */
                 const VI h_lo = V_SLLI16(bits, 4 - k), h_hi = V_SRLI16(bits, k);
-                const VI q_lo = V_TERNARY(V_AND(v, low4), h_lo, fifth, 0xF8);
-                const VI q_hi = V_TERNARY(V_AND(V_SRLI16(v, 4), low4), h_hi, fifth, 0xF8); /* a | (b & c) */
+                const VI q_lo = V_OR_AND(V_AND(v, low4), h_lo, fifth);
+                const VI q_hi = V_OR_AND(V_AND(V_SRLI16(v, 4), low4), h_hi, fifth);
                 for (int i = 0; i < nx; i++) {
                     acc[i][h][k] = GNAME(q32_lane)(acc[i][h][k], scale[i], q_lo, &x[i][b], k);
                     acc[i][h][k + 4] = GNAME(q32_lane)(acc[i][h][k + 4], scale[i], q_hi, &x[i][b], k + 4);
@@ -277,8 +314,9 @@ TARGET512 static inline __attribute__((always_inline)) void GNAME(group_q5_0_r16
     GROUP_STORE
 }
 
+#ifndef GROUP_NO_VNNI /* its unsigned quants reach 255: vpmaddubsw would saturate */
 /* Q8_0: its quants + 128 as unsigned bytes (the input's offsets take the 128 back off), q32_lane per lane. */
-TARGET512 static inline __attribute__((always_inline)) void GNAME(group_q8_0_r16)(const uint8_t *w,
+GROUP_ISA static inline __attribute__((always_inline)) void GNAME(group_q8_0_r16)(const uint8_t *w,
                                                                                    const act_32 *const *x, int nx,
                                                                                    int64_t blocks, int64_t room,
                                                                                    float *out) {
@@ -296,11 +334,12 @@ TARGET512 static inline __attribute__((always_inline)) void GNAME(group_q8_0_r16
     }
     GROUP_STORE
 }
+#endif
 
 /* Each group function compiled for 1..R16_INPUTS inputs (Q4_K, Q6_K: 1..R16_K_INPUTS; the count a constant, as for
  * the row functions), and their tables: group_q4_k_r16_512_for[nx] and so on. */
 #define GROUP_FN(NAME, ACT, N)                                                                                     \
-    TARGET512 static void GCAT(NAME, N)(const uint8_t *w, const ACT *const *x, int64_t blocks, int64_t room,     \
+    GROUP_ISA static void GCAT(NAME, N)(const uint8_t *w, const ACT *const *x, int64_t blocks, int64_t room,     \
                                         float *o) {                                                               \
         NAME(w, x, N, blocks, room, o);                                                                           \
     }
@@ -320,16 +359,22 @@ TARGET512 static inline __attribute__((always_inline)) void GNAME(group_q8_0_r16
 SPECIALISE_GROUP8(GNAME(group_q4_k_r16), act_k)
 SPECIALISE_GROUP8(GNAME(group_q6_k_r16), act_k)
 SPECIALISE_GROUP(GNAME(group_q5_0_r16), act_32)
+#ifndef GROUP_NO_VNNI
 SPECIALISE_GROUP(GNAME(group_q8_0_r16), act_32)
+#endif
 
 /* The 16 outputs of one group for nx inputs on its type's group function. */
-TARGET512 static void GNAME(group_product)(int type, const uint8_t *w, const void **rows, int nx, int64_t blocks,
+GROUP_ISA static void GNAME(group_product)(int type, const uint8_t *w, const void **rows, int nx, int64_t blocks,
                                            int64_t room, float *out) {
     switch (type) {
     case Q4_K_R16: GCAT(GNAME(group_q4_k_r16), for)[nx](w, (const act_k *const *)rows, blocks, room, out); break;
     case Q6_K_R16: GCAT(GNAME(group_q6_k_r16), for)[nx](w, (const act_k *const *)rows, blocks, room, out); break;
     case Q5_0_R16: GCAT(GNAME(group_q5_0_r16), for)[nx](w, (const act_32 *const *)rows, blocks, room, out); break;
+#ifndef GROUP_NO_VNNI
     default: GCAT(GNAME(group_q8_0_r16), for)[nx](w, (const act_32 *const *)rows, blocks, room, out); break;
+#else
+    default: break; /* Q8_0_R16: r16_matmul unpacks it to rows on AVX2 */
+#endif
     }
 }
 
@@ -363,7 +408,7 @@ TARGET512 static void GNAME(group_product)(int type, const uint8_t *w, const voi
 #undef V_SET1_8
 #undef V_SET1_32
 #undef V_ZERO
-#undef V_TERNARY
+#undef V_OR_AND
 #undef V_SHUFFLE8
 #undef V_BROADCAST128
 #undef V_U8_TO_32

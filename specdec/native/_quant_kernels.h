@@ -585,22 +585,24 @@ TARGET static inline __attribute__((always_inline)) __m256 q4k_gather_input_scal
  * count) into the eight accumulators. */
 TARGET static inline __attribute__((always_inline)) __m256 q4k_flush(q4k_stash *st, __m256 dx, __m256 d8,
                                                                      __m256 dmin8, int count, __m256 acc) {
-    for (int slot = count; slot < 8; slot++) { /* a last, partial eight: empty slots add +0 (acc is never -0) */
-        _mm256_storeu_si256((__m256i *)st->s[slot], _mm256_setzero_si256());
-        _mm256_storeu_si256((__m256i *)st->m[slot], _mm256_setzero_si256());
-    }
+    /* A last, partial eight: the empty slots (stale) read as 0 and add +0 (acc is never -0). Masked as they are
+     * read rather than cleared: GCC made the clearing loop a `rep stos` (a memset), 15% of a one-input row's time
+     * where a row has 6 blocks (K 1536; AMD EPYC Zen 3, perf). */
+    const __m256i filled = _mm256_set1_epi32(count);
+#define Q4K_SLOT(base, k) _mm256_and_si256(_mm256_loadu_si256((base) + (k)), _mm256_cmpgt_epi32(filled, _mm256_set1_epi32(k)))
     const __m256i *s = (const __m256i *)st->s;
-    const __m256i g0 = _mm256_hadd_epi32(_mm256_hadd_epi32(_mm256_loadu_si256(s), _mm256_loadu_si256(s + 1)),
-                                         _mm256_hadd_epi32(_mm256_loadu_si256(s + 2), _mm256_loadu_si256(s + 3)));
-    const __m256i g1 = _mm256_hadd_epi32(_mm256_hadd_epi32(_mm256_loadu_si256(s + 4), _mm256_loadu_si256(s + 5)),
-                                         _mm256_hadd_epi32(_mm256_loadu_si256(s + 6), _mm256_loadu_si256(s + 7)));
+    const __m256i g0 = _mm256_hadd_epi32(_mm256_hadd_epi32(Q4K_SLOT(s, 0), Q4K_SLOT(s, 1)),
+                                         _mm256_hadd_epi32(Q4K_SLOT(s, 2), Q4K_SLOT(s, 3)));
+    const __m256i g1 = _mm256_hadd_epi32(_mm256_hadd_epi32(Q4K_SLOT(s, 4), Q4K_SLOT(s, 5)),
+                                         _mm256_hadd_epi32(Q4K_SLOT(s, 6), Q4K_SLOT(s, 7)));
     const __m256i S =
         _mm256_add_epi32(_mm256_permute2x128_si256(g0, g1, 0x20), _mm256_permute2x128_si256(g0, g1, 0x31));
     const __m256i *m = (const __m256i *)st->m; /* two blocks' four lanes per register */
-#define Q4K_TWO_SLOTS(a) _mm256_permute2x128_si256(_mm256_loadu_si256(m + (a)), _mm256_loadu_si256(m + (a) + 1), 0x20)
+#define Q4K_TWO_SLOTS(a) _mm256_permute2x128_si256(Q4K_SLOT(m, a), Q4K_SLOT(m, (a) + 1), 0x20)
     const __m256i f = _mm256_hadd_epi32(_mm256_hadd_epi32(Q4K_TWO_SLOTS(0), Q4K_TWO_SLOTS(2)),
                                         _mm256_hadd_epi32(Q4K_TWO_SLOTS(4), Q4K_TWO_SLOTS(6)));
 #undef Q4K_TWO_SLOTS
+#undef Q4K_SLOT
     const __m256i M = _mm256_permutevar8x32_epi32(f, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
     acc = _mm256_fmadd_ps(_mm256_mul_ps(d8, dx), _mm256_cvtepi32_ps(S), acc);
     return _mm256_fnmadd_ps(_mm256_mul_ps(dmin8, dx), _mm256_cvtepi32_ps(M), acc);
@@ -913,13 +915,27 @@ TARGET512 static inline __attribute__((always_inline)) void zero_accumulators(__
         for (int l = 0; l < 8; l++) acc[i][l] = _mm512_setzero_ps();
 }
 
-/* The group functions at both widths (_quant_groups.h): group_product_512 (the avx512-vnni and amx kernels) and
- * group_product_256 (avx512-vnni-256), the same bits. */
+/* The group functions (_quant_groups.h): group_product_512 (the avx512-vnni and amx kernels), group_product_256
+ * (avx512-vnni-256) and group_product_avx2 (the avx2 kernel, 256-bit registers without VNNI; not Q8_0), the same
+ * bits. */
+#define GROUP_ISA TARGET512
 #define GROUP_BITS 512
+#define GROUP_SUFFIX 512
 #include "_quant_groups.h"
 #undef GROUP_BITS
+#undef GROUP_SUFFIX
 #define GROUP_BITS 256
+#define GROUP_SUFFIX 256
 #include "_quant_groups.h"
+#undef GROUP_ISA
+#undef GROUP_SUFFIX
+#define GROUP_ISA TARGET
+#define GROUP_SUFFIX avx2
+#define GROUP_NO_VNNI
+#include "_quant_groups.h"
+#undef GROUP_NO_VNNI
+#undef GROUP_SUFFIX
+#undef GROUP_ISA
 #undef GROUP_BITS
 
 /* Plain float weights (F32 / F16 matrices are rare in these files): widen and multiply-add, 8 lanes then a sum. */
@@ -1384,10 +1400,13 @@ TARGET_AMX static int amx_r16_matmul_q4_k(const uint8_t *w, const act_k *const *
 static int is_k_quant(int type) { return type == Q4_K || type == Q6_K || type == Q4_K_R16 || type == Q6_K_R16; }
 
 /* The offset each activation lane's sum starts from (act_32.offsets: -offset x the sum of its four quants): the
- * AVX-512 kernels multiply Q5_0's quants as unsigned bytes (+16) and the grouped Q8_0's as bytes + 128. */
-static int act_offset(int type, int wide) {
-    if (!wide) return 0;
-    return type == Q5_0 || type == Q5_0_R16 ? 16 : type == Q8_0_R16 ? 128 : 0;
+ * group functions on every kernel and the AVX-512 kernels' rows multiply Q5_0's quants as unsigned bytes (+16), the
+ * AVX-512 kernels' groups Q8_0's as bytes + 128; the avx2 rows (and Q8_0's groups there, unpacked to rows) take
+ * them signed. */
+static int act_offset(int type, int kernel) {
+    if (type == Q5_0_R16) return 16;
+    if (kernel == KERNEL_AVX2) return 0;
+    return type == Q5_0 ? 16 : type == Q8_0_R16 ? 128 : 0;
 }
 
 /* Output n (weights wn, the file's row) for every input, in groups of the kernel's width, of even sizes (9 rows: 5 +
@@ -1417,15 +1436,15 @@ TARGET static inline void product_row(int type, const uint8_t *wn, const void **
     }
 }
 
-/* A grouped type (N a multiple of 16): the AVX-512 kernels run the group functions (a few inputs per pass over a
- * group, the group's blocks staying in cache between passes; avx512-vnni-256 on 256-bit registers, the others on
- * 512-bit ones); AVX2 unpacks each group to the file's rows and runs the row
- * code: the same bits either way. Threads split the groups. */
+/* A grouped type (N a multiple of 16): every kernel runs the group functions (a few inputs per pass over a group,
+ * the group's blocks staying in cache between passes; avx2 and avx512-vnni-256 on 256-bit registers, the others on
+ * 512-bit ones), but AVX2 unpacks Q8_0's groups to the file's rows and runs the row code (tests only): the same bits
+ * either way. Threads split the groups. */
 TARGET static int r16_matmul(int type, const uint8_t *w, const void **rows, const float *bias, float *y, int64_t ldy,
                              int64_t N, int64_t K, int64_t M, int threads, int kernel) {
     const int row_type = row_type_of(type);
     const int64_t blocks = K / BLOCK_VALUES[type], n_groups = N / R16, group_bytes = blocks * R16 * BLOCK_BYTES[type];
-    if (kernel != KERNEL_AVX2) {
+    if (kernel != KERNEL_AVX2 || type != Q8_0_R16) {
         const int per_pass = is_k_quant(type) ? R16_K_INPUTS : R16_INPUTS;
         const int64_t passes = (M + per_pass - 1) / per_pass;
 #pragma omp parallel for num_threads(threads) schedule(static)
@@ -1434,8 +1453,10 @@ TARGET static int r16_matmul(int type, const uint8_t *w, const void **rows, cons
             for (int64_t pass = 0, i0 = 0; pass < passes; pass++) {
                 const int nx = (int)(M / passes + (pass < M % passes));
                 float out[R16_K_INPUTS * R16];
-                (kernel == KERNEL_AVX512_256 ? group_product_256 : group_product_512)(
-                    type, wg, rows + i0, nx, blocks, (n_groups - g) * blocks, out);
+                (kernel == KERNEL_AVX2         ? group_product_avx2
+                 : kernel == KERNEL_AVX512_256 ? group_product_256
+                                               : group_product_512)(type, wg, rows + i0, nx, blocks,
+                                                                    (n_groups - g) * blocks, out);
                 put_group(out, nx, bias, y + i0 * ldy, ldy, g);
                 i0 += nx;
             }
@@ -1486,7 +1507,6 @@ static int64_t chunk_rows(int type, int64_t K, int64_t M) {
  * accepts (the caller checks). */
 TARGET static int matmul(int type, const uint8_t *w, int64_t stride, const float *x, const float *bias, float *y,
                          int64_t ldy, int64_t N, int64_t K, int64_t M, int threads, int kernel) {
-    const int wide = kernel != KERNEL_AVX2;
     void *acts = NULL;
     const void **rows = malloc(sizeof(void *) * M);
     if (!rows) return -1;
@@ -1508,7 +1528,7 @@ TARGET static int matmul(int type, const uint8_t *w, int64_t stride, const float
             if (is_k_quant(type))
                 quantize_row_k(x + i * K, (act_k *)rows[i], K);
             else
-                quantize_row_32(x + i * K, (act_32 *)rows[i], K, act_offset(type, wide));
+                quantize_row_32(x + i * K, (act_32 *)rows[i], K, act_offset(type, kernel));
         }
     }
     if (kernel == KERNEL_AMX && type == Q4_K_R16 && M >= AMX_AS_B_MIN_INPUTS) { /* tiles: the two grouped paths */

@@ -52,7 +52,7 @@ def main(snakemake):
         with tempfile.TemporaryDirectory(dir=Path(snakemake.output[0]).parent.parent) as tmp:
             frame = side_by_side_job(
                 prompts, methods, run_ours=ours_runner(target, proposers),
-                run_llamacpp=llamacpp_runner(Path(inputs.build) / "bin", inputs.target, inputs.llamacpp_draft,
+                run_llamacpp=llamacpp_runner(Path(inputs.build) / "bin", inputs.target, inputs.get("llamacpp_draft"),
                                              settings, tmp),
                 max_new_tokens=n, repeats=int(s["repeats"]), log=log.info)
         # what ran, recorded with the runs themselves (the table's provenance reads it from them)

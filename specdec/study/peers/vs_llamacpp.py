@@ -49,10 +49,12 @@ class Method:
         return f"{self.engine} {self.draft}" + ("" if self.plain else f" k{self.k}")
 
 
-def methods_for(drafts: Mapping[str, int], llamacpp_draft: str, llamacpp_k: int) -> list[Method]:
-    """Our plain, ours with each draft at its k, llama.cpp plain, llama.cpp with its draft at its k."""
+def methods_for(drafts: Mapping[str, int], llamacpp_draft: str | None, llamacpp_k: int) -> list[Method]:
+    """Our plain, ours with each draft at its k, llama.cpp plain, llama.cpp with its draft at its k (none where
+    llamacpp_draft is None)."""
+    llama_spec = [Method(LLAMACPP, llamacpp_draft, int(llamacpp_k))] if llamacpp_draft is not None else []
     return [Method(SPECDEC), *(Method(SPECDEC, name, int(k)) for name, k in drafts.items()),
-            Method(LLAMACPP), Method(LLAMACPP, llamacpp_draft, int(llamacpp_k))]
+            Method(LLAMACPP), *llama_spec]
 
 
 def generation_rate(result) -> tuple[float, float]:

@@ -91,5 +91,6 @@ class LlamacppPlan(DraftPlan):
         files, target = self.vs_llamacpp_gguf_files(), self.config["target"]
         own = {f"own_{name}": model_dir(self.draft_model_name(name)) for name in self.vs_llamacpp["drafts"]
                if self.draft_kind(name).load is not None}
-        return {"target": files[target], "llamacpp_draft": files[self.vs_llamacpp["llamacpp"]["draft"]],
+        llama_draft = self.vs_llamacpp["llamacpp"]["draft"]  # None: llama.cpp runs plain only
+        return {"target": files[target], **({"llamacpp_draft": files[llama_draft]} if llama_draft else {}),
                 **{f"draft_{name}": files[name] for name in files if name != target}, **own}

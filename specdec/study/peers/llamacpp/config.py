@@ -32,8 +32,9 @@ def settings(config: dict) -> dict:
 
 # The defaults of the `vs_llamacpp:` section (our engine next to llama.cpp in one job; config/gguf.yaml sets it).
 SIDE_BY_SIDE_DEFAULTS = {
-    "drafts": {},  # our draft -> its k
-    "llamacpp": {"draft": "qwen2.5-coder-0.5b-instruct", "k": 2},  # llama.cpp's draft model (a GGUF model) and k
+    "drafts": {},  # our draft -> its k (a later layer's null drops it)
+    # llama.cpp's draft model (a GGUF model; null: llama.cpp runs plain only) and k
+    "llamacpp": {"draft": "qwen2.5-coder-0.5b-instruct", "k": 2},
     "max_new_tokens": 128,
     "prompts_per_domain": {"code": 10, "default": 5},  # a number, a {domain: n, default: n} map, or None: all
     "repeats": 1,
@@ -41,9 +42,10 @@ SIDE_BY_SIDE_DEFAULTS = {
 
 
 def side_by_side_settings(config: dict) -> dict:
-    """config["vs_llamacpp"] over SIDE_BY_SIDE_DEFAULTS (llamacpp merged key by key)."""
+    """config["vs_llamacpp"] over SIDE_BY_SIDE_DEFAULTS (llamacpp merged key by key). A draft whose k is null is
+    dropped: config layers merge dictionaries, so that is how a layer removes a draft an earlier one named."""
     given = dict(config.get("vs_llamacpp") or {})
     out = {**SIDE_BY_SIDE_DEFAULTS, **given}
     out["llamacpp"] = {**SIDE_BY_SIDE_DEFAULTS["llamacpp"], **(given.get("llamacpp") or {})}
-    out["drafts"] = {str(name): int(k) for name, k in (out["drafts"] or {}).items()}
+    out["drafts"] = {str(name): int(k) for name, k in (out["drafts"] or {}).items() if k is not None}
     return out
