@@ -90,6 +90,19 @@
  * processes: 28 ffn_up products at 64 rows 3.07-3.31 against 3.51-3.81 ms; with matmul's inputs quantised on every
  * thread, a prompt pass of 512 at 144-148 against 127-134 tokens/s (experiments/cpu-lead, fifth run). */
 #define GROUP_UNROLL _Pragma("GCC unroll 8")
+/* Q4_K's eight steps of a sub-block (Q4K_STEP: four unsigned nibbles times four input quants into the row's lane)
+ * and their sum times the rows' 6-bit scales (Q4K_SCALED, sc: one int32 lane a row). With VNNI, vpdpbusd into int32
+ * and one vpmulld. On AVX2 (GROUP_NO_VNNI) the steps' vpmaddubsw pairs are summed as int16 (a lane's eight pairs are
+ * at most 8 x 2 x 15 x 128 = 30720 in size: exact), then one vpmaddwd by the scales (each row's in both of its int16
+ * lanes): one multiply per 32 products instead of two and the vpmulld. The same integer S either way (AMD EPYC
+ * Zen 3, sixteenth run). */
+#ifdef GROUP_NO_VNNI
+#define Q4K_STEP(acc, u, s) _mm256_add_epi16((acc), V_MADDUBS((u), (s)))
+#define Q4K_SCALED(sum, sc) _mm256_madd_epi16((sum), _mm256_or_si256((sc), V_SLLI32((sc), 16)))
+#else
+#define Q4K_STEP(acc, u, s) V_DPBUSD((acc), (u), (s))
+#define Q4K_SCALED(sum, sc) V_MULLO32((sum), (sc))
+#endif
 #define GCAT2(a, b) a##_##b
 #define GCAT(a, b) GCAT2(a, b)
 #define GNAME(name) GCAT(name, GROUP_SUFFIX)   /* group_q4_k_r16_512, group_q4_k_r16_256, ... */
@@ -145,33 +158,6 @@ GROUP_ISA static inline __attribute__((always_inline)) void GNAME(group_q4_k_r16
             VI S[R16_K_INPUTS];
             for (int i = 0; i < nx; i++) S[i] = V_ZERO();
             for (int p = 0; p < 4; p++) { /* chunk p: sub-blocks 2p (low nibbles) and 2p + 1 (high) */
-#ifdef GROUP_NO_VNNI
-                /* AVX2, without vpdpbusd: the eight steps' vpmaddubsw pairs summed as int16 (a lane's eight pairs
-                 * are at most 8 x 2 x 15 x 128 = 30720 in size: exact), then one vpmaddwd by the rows' scales (each
-                 * row's in both of its int16 lanes) per sub-block: one multiply per 32 products instead of two and
-                 * the vpmulld, the same integer S. AMD EPYC Zen 3 (sixteenth run). */
-                VI lo16[R16_K_INPUTS], hi16[R16_K_INPUTS];
-                for (int i = 0; i < nx; i++) lo16[i] = hi16[i] = V_ZERO();
-                GROUP_UNROLL
-                for (int t = 0; t < 8; t++) {
-                    const VI v = V_LOAD(w + R16_QS + 512 * p + 64 * t + AT4(h));
-                    r16_prefetch_step(w, R16_Q4K_BYTES, b, room, nx, (h * 4 + p) * 8 + t, GH * 32);
-                    const VI lo = V_AND(v, low4), hi = V_AND(V_SRLI16(v, 4), low4);
-                    for (int i = 0; i < nx; i++) {
-                        int32_t a, c;
-                        memcpy(&a, x[i][b].q + 64 * p + 4 * t, 4);
-                        memcpy(&c, x[i][b].q + 64 * p + 32 + 4 * t, 4);
-                        lo16[i] = _mm256_add_epi16(lo16[i], V_MADDUBS(lo, V_SET1_32(a)));
-                        hi16[i] = _mm256_add_epi16(hi16[i], V_MADDUBS(hi, V_SET1_32(c)));
-                    }
-                }
-                const uint8_t *scales = w + R16_SCALES + 2 * R16 * p;
-                const VI sc_lo = V_U8_TO_32(scales + AT1(h)), sc_hi = V_U8_TO_32(scales + R16 + AT1(h));
-                const VI sc_lo2 = _mm256_or_si256(sc_lo, V_SLLI32(sc_lo, 16));
-                const VI sc_hi2 = _mm256_or_si256(sc_hi, V_SLLI32(sc_hi, 16));
-                for (int i = 0; i < nx; i++)
-                    S[i] = V_ADD32(S[i], V_ADD32(_mm256_madd_epi16(lo16[i], sc_lo2), _mm256_madd_epi16(hi16[i], sc_hi2)));
-#else
                 VI lo_sum[R16_K_INPUTS], hi_sum[R16_K_INPUTS];
                 for (int i = 0; i < nx; i++) lo_sum[i] = hi_sum[i] = V_ZERO();
                 GROUP_UNROLL
@@ -183,15 +169,14 @@ GROUP_ISA static inline __attribute__((always_inline)) void GNAME(group_q4_k_r16
                         int32_t a, c;
                         memcpy(&a, x[i][b].q + 64 * p + 4 * t, 4);
                         memcpy(&c, x[i][b].q + 64 * p + 32 + 4 * t, 4);
-                        lo_sum[i] = V_DPBUSD(lo_sum[i], lo, V_SET1_32(a));
-                        hi_sum[i] = V_DPBUSD(hi_sum[i], hi, V_SET1_32(c));
+                        lo_sum[i] = Q4K_STEP(lo_sum[i], lo, V_SET1_32(a));
+                        hi_sum[i] = Q4K_STEP(hi_sum[i], hi, V_SET1_32(c));
                     }
                 }
                 const uint8_t *scales = w + R16_SCALES + 2 * R16 * p; /* 16 rows' scales per sub-block */
                 const VI sc_lo = V_U8_TO_32(scales + AT1(h)), sc_hi = V_U8_TO_32(scales + R16 + AT1(h));
                 for (int i = 0; i < nx; i++)
-                    S[i] = V_ADD32(S[i], V_ADD32(V_MULLO32(lo_sum[i], sc_lo), V_MULLO32(hi_sum[i], sc_hi)));
-#endif
+                    S[i] = V_ADD32(S[i], V_ADD32(Q4K_SCALED(lo_sum[i], sc_lo), Q4K_SCALED(hi_sum[i], sc_hi)));
             }
             const VF d = F_HALVES(w + R16_D + AT2(h)), dmin = F_HALVES(w + R16_DMIN + AT2(h));
             for (int i = 0; i < nx; i++) GNAME(q4k_r16_flush)(w, h, d, dmin, &x[i][b], S[i], &acc[i][h][b & 7]);
@@ -381,6 +366,8 @@ GROUP_ISA static void GNAME(group_product)(int type, const uint8_t *w, const voi
 #undef GROUP_FN
 #undef GROUP_TABLE
 #undef GROUP_UNROLL
+#undef Q4K_STEP
+#undef Q4K_SCALED
 #undef GROUP_FNS4
 #undef SPECIALISE_GROUP
 #undef SPECIALISE_GROUP8
