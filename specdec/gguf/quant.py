@@ -116,9 +116,10 @@ R16_BLOCK_BYTES = {"Q4_K": 148, "Q6_K": 210, "Q5_0": 22, "Q8_0": 34}
 LAYOUT_ENV = "SPECDEC_QUANT_LAYOUT"
 
 
-# The grouped types the avx2 kernel loads in groups by default: Q4_K (AMD EPYC Zen 3, one thread, the 1.5B's ffn_up:
-# 0.51-0.62 of the rows' time at 1-8 rows); Q6_K's groups there took 1.3-1.5x the rows' (experiments/cpu-lead,
-# sixteenth run), so the kernel plan decides them by measuring. The AVX-512 kernels group every type that has it.
+# The grouped types the avx2 kernel loads in groups by default: Q4_K (AMD EPYC Zen 3, 2 threads, the 1.5B's ffn_up
+# and attn_q: 0.42-0.58 of the rows' time at 1-5 rows); Q6_K's groups there took 1.1-1.2x the rows' (experiments/
+# cpu-lead, sixteenth run), so the kernel plan decides them by measuring. The AVX-512 kernels group every type that
+# has them.
 AVX2_GROUPED = frozenset({"Q4_K"})
 
 
