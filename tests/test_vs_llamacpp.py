@@ -211,17 +211,15 @@ def test_a_later_layer_drops_a_draft_and_llamacpps_speculative_run_with_null():
 
 
 def test_the_three_draft_layer_plans_jobs_without_the_dropped_drafts_or_llamacpps_draft():
-    result = _dry_run("--configfile", "config/gguf.yaml", "experiments/cpu-lead/config.yaml",
-                      "experiments/cpu-lead/three-drafts.yaml", "--",
-                      "results/experiments/cpu-lead/a-test-machine/vs_llamacpp/runs/code.parquet",
-                      env={"SPECDEC_MACHINE": "a-test-machine"})
-    output = result.stdout + result.stderr
-    assert result.returncode == 0, output[-4000:]
     import yaml
     from snakemake.utils import update_config
 
     from specdec.study.peers.llamacpp import side_by_side_settings
 
+    _planned("--configfile", "config/gguf.yaml", "experiments/cpu-lead/config.yaml",
+             "experiments/cpu-lead/three-drafts.yaml", "--",
+             "results/experiments/cpu-lead/a-test-machine/vs_llamacpp/runs/code.parquet",
+             env={"SPECDEC_MACHINE": "a-test-machine"})
     config = {}
     for layer in ("config.yaml", "config/gguf.yaml", "experiments/cpu-lead/config.yaml",
                   "experiments/cpu-lead/three-drafts.yaml"):  # stacked as Snakemake stacks --configfile layers
@@ -237,10 +235,16 @@ def _dry_run(*args, env=None):
                           env=None if env is None else {**os.environ, **env})
 
 
-def test_the_workflow_plans_one_job_per_domain_on_the_gguf_files_and_refuses_the_fp32_regime():
-    result = _dry_run("--configfile", "config/gguf.yaml", "--", "vs_llamacpp")
+def _planned(*args, env=None) -> str:
+    """The dry run's output, which must have succeeded."""
+    result = _dry_run(*args, env=env)
     output = result.stdout + result.stderr
     assert result.returncode == 0, output[-4000:]
+    return output
+
+
+def test_the_workflow_plans_one_job_per_domain_on_the_gguf_files_and_refuses_the_fp32_regime():
+    output = _planned("--configfile", "config/gguf.yaml", "--", "vs_llamacpp")
     jobs = [block.split("\n\n")[0] for block in output.split("rule vs_llamacpp_run:")[1:]]
     assert len(jobs) == 4  # one per domain of config.yaml
     for job in jobs:
@@ -257,11 +261,9 @@ def test_a_feature_head_in_the_side_by_side_job_gets_its_trained_heads_directory
     runs from the directory of the head it drafts with, not from a GGUF file: the job's inputs name it (without it
     the job stopped at its first draft with 'needs its model directory'). The layer's results_dir names {machine}:
     its runs land in the machine's own directory."""
-    result = _dry_run("--configfile", "config/gguf.yaml", "config/heads.yaml",
+    output = _planned("--configfile", "config/gguf.yaml", "config/heads.yaml",
                       "experiments/feature-head-vs-llamacpp/config.yaml", "--",
                       "results/experiments/feature-head-vs-llamacpp/a-test-machine/vs_llamacpp/runs/code.parquet",
                       env={"SPECDEC_MACHINE": "a-test-machine"})
-    output = result.stdout + result.stderr
-    assert result.returncode == 0, output[-4000:]
     job = output.split("rule vs_llamacpp_run:")[1].split("\n\n")[0]
     assert "resources/models/coder-head" in job and "resources/gguf/qwen2.5-coder-1.5b-instruct.gguf" in job

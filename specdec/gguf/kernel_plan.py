@@ -209,12 +209,11 @@ def measure(path, classes: dict[str, list[QuantMatrix]], kernel: str | None = No
     default_kernel = kernel or quant.kernels()[-1]
     by_rows: dict[str, dict[tuple[str, str], dict[int, float]]] = {}
     for cls, rows in classes.items():
-        layouts = {"rows": rows}
-        if all(m.qtype in quant.R16_BLOCK_BYTES and m.out_features % quant.R16_ROWS == 0 for m in rows):
-            layouts["r16"] = [m.in_layout("r16") for m in rows]
-        qtype = rows[0].qtype
-        usable = [(k, layout) for k, layout in candidates
-                  if layout in layouts and (layout == "rows" or quant.groups_run_natively(qtype, k))]
+        # the groups of 16 rows only where a candidate kernel multiplies them (not Q8_0's on avx2): no copy for none
+        grouping = {k for k, layout in candidates
+                    if layout == "r16" and all(quant.can_group(m.qtype, m.out_features, k) for m in rows)}
+        layouts = {"rows": rows, **({"r16": [m.in_layout("r16") for m in rows]} if grouping else {})}
+        usable = [(k, layout) for k, layout in candidates if layout == "rows" or k in grouping]
         inputs = {(m, k): torch.randn(m, k) for m in ROWS for k in {matrix.in_features for matrix in rows}}
         for layout_matrices in layouts.values():  # first touch, outside the timing
             for matrix in layout_matrices:

@@ -54,7 +54,8 @@
 #define V_SUB32 _mm256_sub_epi32
 #define V_MULLO32 _mm256_mullo_epi32
 #ifdef GROUP_NO_VNNI
-#define V_DPBUSD(acc, u, s) _mm256_add_epi32((acc), _mm256_madd_epi16(_mm256_maddubs_epi16((u), (s)), _mm256_set1_epi16(1)))
+#define V_DPBUSD(acc, u, s)                                                                                       \
+    _mm256_add_epi32((acc), _mm256_madd_epi16(_mm256_maddubs_epi16((u), (s)), _mm256_set1_epi16(1)))
 #define V_DPWSSD(acc, a, b) _mm256_add_epi32((acc), _mm256_madd_epi16((a), (b)))
 #define V_OR_AND(a, b, c) _mm256_or_si256((a), _mm256_and_si256((b), (c)))
 #else

@@ -589,7 +589,8 @@ TARGET static inline __attribute__((always_inline)) __m256 q4k_flush(q4k_stash *
      * read rather than cleared: GCC made the clearing loop a `rep stos` (a memset), 15% of a one-input row's time
      * where a row has 6 blocks (K 1536; AMD EPYC Zen 3, perf). */
     const __m256i filled = _mm256_set1_epi32(count);
-#define Q4K_SLOT(base, k) _mm256_and_si256(_mm256_loadu_si256((base) + (k)), _mm256_cmpgt_epi32(filled, _mm256_set1_epi32(k)))
+#define Q4K_SLOT(base, k)                                                                                         \
+    _mm256_and_si256(_mm256_loadu_si256((base) + (k)), _mm256_cmpgt_epi32(filled, _mm256_set1_epi32(k)))
     const __m256i *s = (const __m256i *)st->s;
     const __m256i g0 = _mm256_hadd_epi32(_mm256_hadd_epi32(Q4K_SLOT(s, 0), Q4K_SLOT(s, 1)),
                                          _mm256_hadd_epi32(Q4K_SLOT(s, 2), Q4K_SLOT(s, 3)));
