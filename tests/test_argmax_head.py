@@ -230,10 +230,6 @@ def test_the_runtime_builds_it_for_a_q6k_target_head_and_refuses_it_elsewhere(fi
             getattr(built, option)(value)
 
 
-needs_groups = pytest.mark.skipif(argmax_head.GROUPED_KERNEL not in quant.kernels(),
-                                  reason="the grouped first pass needs AVX512-VNNI")
-
-
 def grouped_fields(packed: np.ndarray, rows: int, blocks: int):
     """d, scales and top bits read back from Q6_K_HI4 groups of 16 rows as _quant_hi4.h lays them out."""
     groups = packed.reshape(rows // 16, blocks, 16 * 146)
@@ -250,7 +246,6 @@ def grouped_fields(packed: np.ndarray, rows: int, blocks: int):
     return as_rows(d[..., None])[..., 0], np.moveaxis(scales, 3, 1).reshape(rows, blocks, 16), as_rows(hi)
 
 
-@needs_groups
 @pytest.mark.parametrize("rows, columns", [(16, 256), (64, 512), (320, 1536)])
 def test_the_grouped_top_bits_hold_each_rows_d_scales_and_four_bits(rows, columns):
     weight = quant.random_quant_matrix("Q6_K", rows, columns, seed=rows + 1)
@@ -262,7 +257,6 @@ def test_the_grouped_top_bits_hold_each_rows_d_scales_and_four_bits(rows, column
     assert np.array_equal(hi, q >> 2)
 
 
-@needs_groups
 @pytest.mark.parametrize("rows, columns, inputs", [(16, 256, 1), (64, 512, 3), (320, 1536, 9), (128, 768, 17)])
 def test_the_grouped_first_pass_is_the_formulas_bounds_the_product_and_keeps_each_inputs_bits(rows, columns, inputs):
     weight = quant.random_quant_matrix("Q6_K", rows, columns, seed=columns + inputs)
@@ -282,7 +276,6 @@ def test_the_grouped_first_pass_is_the_formulas_bounds_the_product_and_keeps_eac
         assert torch.equal(alone[0][0], approx[i]) and torch.equal(alone[1][0], bound[i]), i
 
 
-@needs_groups
 def test_the_grouped_bound_is_needed_whole_a_tenth_of_it_is_broken():
     weight = quant.random_quant_matrix("Q6_K", 320, 1536, seed=3)
     x = torch.randn(3, 1536, generator=torch.Generator().manual_seed(1))
@@ -291,7 +284,6 @@ def test_the_grouped_bound_is_needed_whole_a_tenth_of_it_is_broken():
     assert head.grouped and not ((weight.matmul(x) - approx).abs() <= bound / 10).all()
 
 
-@needs_groups
 def test_verify_passes_run_the_grouped_argmax_head_with_the_full_heads_argmax(files):
     full, fast = sessions(files["target"])
     assert fast.argmax_head.grouped
@@ -314,17 +306,21 @@ def test_verify_passes_run_the_grouped_argmax_head_with_the_full_heads_argmax(fi
     assert len(fast.argmax_head.candidates) == before
 
 
-@needs_groups
 def test_the_grouped_first_pass_refuses_what_it_cannot_run():
     head = ArgmaxHead(quant.random_quant_matrix("Q6_K", 64, 256))
     x, y = torch.randn(1, 256), torch.empty(1, 64)
+    run = lambda n, k, kernel="avx2": quant._quant.hi4_r16_matmul(  # noqa: E731
+        head.hi4_groups.data_ptr(), x.data_ptr(), y.data_ptr(), y.data_ptr(), n, k, 1, 1, kernel)
     with pytest.raises(ValueError, match="multiple of 16"):
-        quant._quant.hi4_r16_matmul(head.hi4_groups.data_ptr(), x.data_ptr(), y.data_ptr(), y.data_ptr(), 60, 256,
-                                    1, 1)
+        run(60, 256)
     with pytest.raises(ValueError, match="multiple of 16"):
         quant._quant.hi4_r16_pack(head.rows.raw.data_ptr(), head.hi4_groups.data_ptr(), 60, 256)
     with pytest.raises(ValueError, match="multiple of 256"):
-        quant._quant.hi4_r16_matmul(head.hi4_groups.data_ptr(), x.data_ptr(), y.data_ptr(), y.data_ptr(), 64, 100,
-                                    1, 1)
+        run(64, 100)
+    with pytest.raises(ValueError, match="unknown product kernel avx3"):
+        run(64, 256, "avx3")
+    for kernel in {"avx512-vnni", "amx"} - set(quant.kernels()):  # a kernel this CPU cannot run is refused
+        with pytest.raises(ValueError, match=f"cannot run the {kernel} product kernel"):
+            run(64, 256, kernel)
     ragged = ArgmaxHead(quant.random_quant_matrix("Q6_K", 40, 256))  # rows not in whole groups: the rows' pass
     assert not ragged.grouped and ragged.max_rows == 1 and ragged.hi4_groups is None

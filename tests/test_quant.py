@@ -428,9 +428,10 @@ def test_weight_buffers_are_writable_bytes_of_the_shape_asked_for():
 
 # The product functions that ask for their weights ahead (row_prefetch, r16_prefetch_step in _quant_kernels.h): the
 # row functions, the group functions of every kernel family at every input count, the argmax head's first pass over
-# rows.
+# rows and over groups of 16 rows.
 PREFETCHING_FUNCTIONS = re.compile(r"^(row_q(4_k|6_k|5_0|8_0)(_256|_512)?"
-                                   r"|group_q(4_k|6_k|5_0|8_0)_r16_(256|512|avx2)|hi4_row_(avx2|vnni))_\d+$")
+                                   r"|group_q(4_k|6_k|5_0|8_0)_r16_(256|512|avx2)|hi4_row_(avx2|vnni)"
+                                   r"|hi4_group(_avx2)?)_\d+$")
 
 
 def function_bodies(library: str) -> dict[str, str]:
@@ -452,6 +453,6 @@ def test_every_product_function_that_asks_for_its_weights_ahead_does_in_the_buil
     bodies = function_bodies(_quant.__file__)
     assert len(bodies) >= 100, sorted(bodies)  # the names still match the build's functions
     assert {"row_q6_k_1", "row_q4_k_512_5", "group_q6_k_r16_512_1", "group_q4_k_r16_256_8", "group_q4_k_r16_avx2_1",
-            "group_q5_0_r16_avx2_4", "hi4_row_vnni_1"} <= set(bodies)
+            "group_q5_0_r16_avx2_4", "hi4_row_vnni_1", "hi4_group_1", "hi4_group_avx2_1"} <= set(bodies)
     missing = sorted(name for name, text in bodies.items() if "prefetch" not in text)
     assert not missing, f"no prefetch instruction in {missing}"

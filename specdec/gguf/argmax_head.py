@@ -10,11 +10,12 @@ by the Q6_K product itself, whose rows are the same bits whichever rows share a 
 row tied at the maximum is a candidate, and argmax takes the first). Where more than `FULL_HEAD_SHARE` of the rows
 are candidates (a flat distribution) the whole Q6_K head runs instead.
 
-Where the CPU has AVX512-VNNI (and the head's rows come in whole groups of 16) the first pass runs over the top bits
-in groups of 16 rows (hi4_r16_pack, hi4_r16_matmul): the same integers with about 40% fewer multiplies, so a verify
-pass of up to GROUPED_MAX_ROWS logits runs it too (AMD EPYC Zen 4, the 1.5B head, first pass alone: 4.6 against
-7.9 ms for the Q6_K verify head at 5 rows, 4.1 against 5.1 ms for the first pass in rows at 1 row). Every pass then
-runs the grouped one, so a position's candidates are the same whether a step or a verify pass computes it.
+Where the head's rows come in whole groups of 16 the first pass runs over the top bits in groups of 16 rows
+(hi4_r16_pack, hi4_r16_matmul; with AVX512-VNNI on 512-bit registers, on AVX2 alone on 256-bit ones, the same bits):
+the same integers with about 40% fewer multiplies, so a verify pass of up to GROUPED_MAX_ROWS logits runs it too
+(AMD EPYC Zen 4, the 1.5B head, first pass alone: 4.6 against 7.9 ms for the Q6_K verify head at 5 rows, 4.1
+against 5.1 ms for the first pass in rows at 1 row). Every pass then runs the grouped one, so a position's candidates
+are the same whether a step or a verify pass computes it.
 
 Only for greedy decoding: the other logits are not there, so only the decoding loops at temperature 0 turn it on
 (decode.argmax_only, LeanLM.set_argmax_only); sampling keeps every logit."""
@@ -32,7 +33,6 @@ HI4_BLOCK_BYTES = 146  # specdec/native/_quant_hi4.h
 BOUND_MARGIN = 2.0 ** -10
 # Above this share of candidate rows the Q6_K head runs whole: that many rows read one by one cost about as much.
 FULL_HEAD_SHARE = 0.25
-GROUPED_KERNEL = "avx512-vnni"  # the product kernel whose instructions the grouped first pass needs
 # Passes of up to this many logits run the grouped first pass (a verify pass of k up to 15); the rows' first pass is
 # compute-bound from 2 rows on, so without the groups only one-logit passes run the argmax head.
 GROUPED_MAX_ROWS = 16
@@ -53,7 +53,7 @@ class ArgmaxHead:
         self.head = head
         self.rows = head.in_layout("rows")  # the candidates are gathered from the file's rows
         self.out_features, self.in_features = head.shape
-        self.grouped = GROUPED_KERNEL in quant.kernels() and self.out_features % quant.R16_ROWS == 0
+        self.grouped = self.out_features % quant.R16_ROWS == 0
         self.hi4_groups = None  # the top bits in groups of 16 rows, where the first pass runs grouped
         self._hi4 = None  # in the file's rows, made on first use
         if self.grouped:
@@ -105,7 +105,7 @@ class ArgmaxHead:
         if self.grouped:  # whatever product kernel is chosen: every pass the same first pass, the same candidates
             quant._quant.hi4_r16_matmul(self.hi4_groups.data_ptr(), x.data_ptr(), approx.data_ptr(),
                                         bound.data_ptr(), self.out_features, self.in_features, x.shape[0],
-                                        torch.get_num_threads())
+                                        torch.get_num_threads(), quant.kernel_name())
         else:
             quant._quant.hi4_matmul(self.hi4.data_ptr(), x.data_ptr(), approx.data_ptr(), bound.data_ptr(),
                                     self.out_features, self.in_features, x.shape[0], torch.get_num_threads(),

@@ -198,14 +198,19 @@ static PyObject *py_hi4_r16_pack(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
-/* hi4_r16_matmul(w, x, approx, bound, N, K, M, threads): hi4_matmul's outputs and bounds from the groups of 16 rows
- * (AVX512-VNNI); specdec/gguf/argmax_head.py checks the tensors. */
+/* hi4_r16_matmul(w, x, approx, bound, N, K, M, threads, kernel): hi4_matmul's outputs and bounds from the groups
+ * of 16 rows (kernel avx2: 256-bit registers without VNNI; every other: AVX512-VNNI, the same bits);
+ * specdec/gguf/argmax_head.py checks the tensors. */
 static PyObject *py_hi4_r16_matmul(PyObject *self, PyObject *args) {
+    const char *kernel_name;
     unsigned long long w, x, approx, bound;
     long long N, K, M;
     int threads;
-    if (!PyArg_ParseTuple(args, "KKKKLLLi", &w, &x, &approx, &bound, &N, &K, &M, &threads)) return NULL;
+    if (!PyArg_ParseTuple(args, "KKKKLLLis", &w, &x, &approx, &bound, &N, &K, &M, &threads, &kernel_name))
+        return NULL;
     if (!check_sizes(Q6_K, K)) return NULL;
+    const int kernel = parse_kernel(kernel_name);
+    if (kernel < 0) return NULL;
     if (N < 16 || N % 16 || M < 1 || threads < 1 || !w || !x || !approx || !bound) {
         PyErr_Format(PyExc_ValueError, "bad hi4 group product sizes: N %lld (a multiple of 16), M %lld, threads %d",
                      N, M, threads);
@@ -213,17 +218,10 @@ static PyObject *py_hi4_r16_matmul(PyObject *self, PyObject *args) {
     }
     int status = 0;
 #ifdef SPECDEC_X86
-    if (!kernel_supported(KERNEL_AVX512_VNNI)) {
-        PyErr_SetString(PyExc_RuntimeError, "hi4_r16_matmul needs AVX512-VNNI, which this CPU lacks");
-        return NULL;
-    }
     Py_BEGIN_ALLOW_THREADS
     status = hi4_r16_matmul((const uint8_t *)(uintptr_t)w, (const float *)(uintptr_t)x, (float *)(uintptr_t)approx,
-                            (float *)(uintptr_t)bound, N, K, M, threads);
+                            (float *)(uintptr_t)bound, N, K, M, threads, kernel);
     Py_END_ALLOW_THREADS
-#else
-    PyErr_SetString(PyExc_RuntimeError, "hi4_r16_matmul needs an x86 CPU with AVX512-VNNI");
-    return NULL;
 #endif
     if (status) return PyErr_NoMemory();
     Py_RETURN_NONE;
@@ -315,7 +313,7 @@ static PyMethodDef methods[] = {
     {"hi4_pack", py_hi4_pack, METH_VARARGS, "Q6_K rows -> Q6_K_HI4 rows (the top four bits of each quant)."},
     {"hi4_matmul", py_hi4_matmul, METH_VARARGS, "Q6_K_HI4 outputs and their bounds (an exact argmax's first pass)."},
     {"hi4_r16_pack", py_hi4_r16_pack, METH_VARARGS, "Q6_K rows -> Q6_K_HI4 groups of 16 rows."},
-    {"hi4_r16_matmul", py_hi4_r16_matmul, METH_VARARGS, "hi4_matmul from the groups of 16 rows (AVX512-VNNI)."},
+    {"hi4_r16_matmul", py_hi4_r16_matmul, METH_VARARGS, "hi4_matmul from the groups of 16 rows."},
     {"hi4_candidates", py_hi4_candidates, METH_VARARGS, "The rows that can be each input's argmax (hi4 bounds)."},
     {"hi4_exact_rows", py_hi4_exact_rows, METH_VARARGS, "The Q6_K product over chosen rows (the same bits)."},
     {"supported", py_supported, METH_NOARGS, "Whether this CPU can run the kernels (AVX2, FMA, F16C)."},

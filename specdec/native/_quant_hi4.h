@@ -288,6 +288,99 @@ TARGET512 static inline __attribute__((always_inline)) void hi4_group(const uint
     }
 }
 
+/* hi4_group on AVX2 alone (no VNNI): 8 rows a register, the group in two parts of 8 rows. A 16's sum comes from
+ * vpmaddubsw pairs summed as int16 over its four runs (each word under 4 x 2 x 15 x 128 = 15360: exact), its scale
+ * applied by one vpmaddwd per 16 (the scale, times the 8 of 8 hi, in both words of the row's lane), the offsets' and
+ * l1's word pairs by vpmaddwd and an add where VNNI has vpdpwssd: the same integers in every lane, then the same float
+ * epilogue, so the same bits as hi4_group's. The scales' words are made by placing each int8 scale in a word's high
+ * byte (vpshufb) and shifting it down arithmetically (vpsraw): sign-extended, and by 5 rather than 8 it is 8 x the
+ * scale. */
+#define HI4_HIGH(r) -1, (r)                /* byte r of the 8 in a word's high byte */
+#define HI4_LANES(r) HI4_HIGH(r), HI4_HIGH(r) /* lane r: both words */
+/* Row 8h + r's scale s (times 8) in both words of lane r, r < 8. */
+TARGET static inline __attribute__((always_inline)) __m256i hi4_scale8_avx2(const uint8_t *w, int h, int s) {
+    const __m256i pick = _mm256_setr_epi8(HI4_LANES(0), HI4_LANES(1), HI4_LANES(2), HI4_LANES(3), HI4_LANES(4),
+                                          HI4_LANES(5), HI4_LANES(6), HI4_LANES(7));
+    int64_t eight;
+    memcpy(&eight, w + HI4_R16_SCALES + R16 * s + 8 * h, 8);
+    return _mm256_srai_epi16(_mm256_shuffle_epi8(_mm256_set1_epi64x(eight), pick), 5);
+}
+
+/* Row 8h + r's scales s and s + 1 as the word pair of lane r (s in the low word), as hi4_r16_pair's lanes 8h + r. */
+TARGET static inline __attribute__((always_inline)) __m256i hi4_pair_avx2(const uint8_t *w, int h, int s) {
+    /* the two scales' bytes interleaved (row r's at 2r, 2r + 1), the same 16 bytes in both halves */
+    const __m256i pick = _mm256_setr_epi8(HI4_HIGH(0), HI4_HIGH(1), HI4_HIGH(2), HI4_HIGH(3), HI4_HIGH(4), HI4_HIGH(5),
+                                          HI4_HIGH(6), HI4_HIGH(7), HI4_HIGH(8), HI4_HIGH(9), HI4_HIGH(10),
+                                          HI4_HIGH(11), HI4_HIGH(12), HI4_HIGH(13), HI4_HIGH(14), HI4_HIGH(15));
+    int64_t first, second;
+    memcpy(&first, w + HI4_R16_SCALES + R16 * s + 8 * h, 8);
+    memcpy(&second, w + HI4_R16_SCALES + R16 * (s + 1) + 8 * h, 8);
+    const __m256i both = _mm256_unpacklo_epi8(_mm256_set1_epi64x(first), _mm256_set1_epi64x(second));
+    return _mm256_srai_epi16(_mm256_shuffle_epi8(both, pick), 8);
+}
+
+TARGET static inline __attribute__((always_inline)) void hi4_group_avx2(const uint8_t *w, const act_k *const *x,
+                                                                        const act_l1 *const *l, const int nx,
+                                                                        int64_t blocks, int64_t room, float *approx,
+                                                                        float *bound) {
+    const __m256i low4 = _mm256_set1_epi8(0x0F);
+    __m256 acc[HI4_R16_INPUTS][2], lim[HI4_R16_INPUTS][2];
+    for (int i = 0; i < nx; i++)
+        for (int h = 0; h < 2; h++) acc[i][h] = lim[i][h] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < blocks; b++, w += HI4_R16_BYTES) {
+        for (int h = 0; h < 2; h++) { /* rows 8h .. 8h + 7 */
+            __m256i total[HI4_R16_INPUTS], l1[HI4_R16_INPUTS];
+            for (int i = 0; i < nx; i++) total[i] = l1[i] = _mm256_setzero_si256();
+            for (int q = 0; q < 8; q++) {
+                const __m256i pair = hi4_pair_avx2(w, h, 2 * q);
+                const __m256i offset = _mm256_mullo_epi16(pair, _mm256_set1_epi16(-61));
+                const __m256i size = _mm256_abs_epi16(pair);
+                for (int i = 0; i < nx; i++) {
+                    int32_t sums, l1s;
+                    memcpy(&sums, x[i][b].sums + 2 * q, 4);
+                    memcpy(&l1s, l[i][b].l1 + 2 * q, 4);
+                    total[i] = _mm256_add_epi32(total[i], _mm256_madd_epi16(offset, _mm256_set1_epi32(sums)));
+                    l1[i] = _mm256_add_epi32(l1[i], _mm256_madd_epi16(size, _mm256_set1_epi32(l1s)));
+                }
+            }
+            for (int p = 0; p < 8; p++) { /* 16s p and 8 + p, then their scales (times the 8 of 8 hi) */
+                __m256i lo_sum[HI4_R16_INPUTS], hi_sum[HI4_R16_INPUTS];
+                for (int i = 0; i < nx; i++) lo_sum[i] = hi_sum[i] = _mm256_setzero_si256();
+                for (int k = 0; k < 4; k++) {
+                    const __m256i v = _mm256_loadu_si256((const __m256i *)(w + HI4_R16_QS + 64 * (4 * p + k) + 32 * h));
+                    /* one input dealt out as two (GROUP_PF_NX): the first pass at 1 row 6.2 ms, 8.6 into L1 */
+                    r16_prefetch_step(w, HI4_R16_BYTES, b, room, 2, 32 * h + 4 * p + k, 64);
+                    const __m256i lo = _mm256_and_si256(v, low4);
+                    const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), low4);
+                    for (int i = 0; i < nx; i++) {
+                        int32_t a, c;
+                        memcpy(&a, x[i][b].q + 16 * p + 4 * k, 4);
+                        memcpy(&c, x[i][b].q + 128 + 16 * p + 4 * k, 4);
+                        lo_sum[i] = _mm256_add_epi16(lo_sum[i], _mm256_maddubs_epi16(lo, _mm256_set1_epi32(a)));
+                        hi_sum[i] = _mm256_add_epi16(hi_sum[i], _mm256_maddubs_epi16(hi, _mm256_set1_epi32(c)));
+                    }
+                }
+                const __m256i s_lo = hi4_scale8_avx2(w, h, p), s_hi = hi4_scale8_avx2(w, h, 8 + p);
+                for (int i = 0; i < nx; i++)
+                    total[i] = _mm256_add_epi32(total[i], _mm256_add_epi32(_mm256_madd_epi16(lo_sum[i], s_lo),
+                                                                           _mm256_madd_epi16(hi_sum[i], s_hi)));
+            }
+            const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(w + 16 * h)));
+            for (int i = 0; i < nx; i++) {
+                const __m256 dd = _mm256_mul_ps(d, _mm256_set1_ps(x[i][b].d));
+                const __m256 size = _mm256_andnot_ps(_mm256_set1_ps(-0.0f), dd); /* |dd| */
+                acc[i][h] = _mm256_fmadd_ps(dd, _mm256_cvtepi32_ps(total[i]), acc[i][h]);
+                lim[i][h] = _mm256_fmadd_ps(size, _mm256_cvtepi32_ps(l1[i]), lim[i][h]);
+            }
+        }
+    }
+    for (int i = 0; i < nx; i++)
+        for (int h = 0; h < 2; h++) {
+            _mm256_storeu_ps(approx + 16 * i + 8 * h, _mm256_mul_ps(acc[i][h], _mm256_set1_ps(0.5f)));
+            _mm256_storeu_ps(bound + 16 * i + 8 * h, _mm256_mul_ps(lim[i][h], _mm256_set1_ps(1.5f)));
+        }
+}
+
 #define HI4_GROUP_FN(N)                                                                                            \
     TARGET512 static void hi4_group_##N(const uint8_t *w, const act_k *const *x, const act_l1 *const *l,            \
                                         int64_t blocks, int64_t room, float *approx, float *bound) {               \
@@ -295,17 +388,28 @@ TARGET512 static inline __attribute__((always_inline)) void hi4_group(const uint
     }
 HI4_GROUP_FN(1) HI4_GROUP_FN(2) HI4_GROUP_FN(3) HI4_GROUP_FN(4) HI4_GROUP_FN(5) HI4_GROUP_FN(6) HI4_GROUP_FN(7)
 HI4_GROUP_FN(8)
+#define HI4_GROUP_AVX2_FN(N)                                                                                       \
+    TARGET static void hi4_group_avx2_##N(const uint8_t *w, const act_k *const *x, const act_l1 *const *l,          \
+                                          int64_t blocks, int64_t room, float *approx, float *bound) {             \
+        hi4_group_avx2(w, x, l, N, blocks, room, approx, bound);                                                    \
+    }
+HI4_GROUP_AVX2_FN(1) HI4_GROUP_AVX2_FN(2) HI4_GROUP_AVX2_FN(3) HI4_GROUP_AVX2_FN(4) HI4_GROUP_AVX2_FN(5)
+HI4_GROUP_AVX2_FN(6) HI4_GROUP_AVX2_FN(7) HI4_GROUP_AVX2_FN(8)
 typedef void (*hi4_group_fn)(const uint8_t *, const act_k *const *, const act_l1 *const *, int64_t, int64_t, float *,
                              float *);
 static const hi4_group_fn hi4_group_for[HI4_R16_INPUTS + 1] = {NULL, hi4_group_1, hi4_group_2, hi4_group_3,
                                                                 hi4_group_4, hi4_group_5, hi4_group_6, hi4_group_7,
                                                                 hi4_group_8};
+static const hi4_group_fn hi4_group_avx2_for[HI4_R16_INPUTS + 1] = {
+    NULL, hi4_group_avx2_1, hi4_group_avx2_2, hi4_group_avx2_3, hi4_group_avx2_4, hi4_group_avx2_5, hi4_group_avx2_6,
+    hi4_group_avx2_7, hi4_group_avx2_8};
 
 /* approx and bound (M x N each, row i at i x N) = the Q6_K_HI4 groups w (N rows, a multiple of 16, of K / 256 blocks)
- * against x (M x K); AVX512-VNNI only (the caller checks). Threads split the groups; inputs go HI4_R16_INPUTS a pass
- * (the passes as even as they can be). */
-TARGET512 static int hi4_r16_matmul(const uint8_t *w, const float *x, float *approx, float *bound, int64_t N,
-                                    int64_t K, int64_t M, int threads) {
+ * against x (M x K); kernel: avx2 runs hi4_group_avx2, every other hi4_group (AVX512-VNNI: the caller checks), the
+ * same bits. Threads split the groups; inputs go HI4_R16_INPUTS a pass (the passes as even as they can be). */
+TARGET static int hi4_r16_matmul(const uint8_t *w, const float *x, float *approx, float *bound, int64_t N, int64_t K,
+                                 int64_t M, int threads, int kernel) {
+    const hi4_group_fn *group_for = kernel == KERNEL_AVX2 ? hi4_group_avx2_for : hi4_group_for;
     const int64_t blocks = K / QK, groups = N / R16;
     hi4_inputs in;
     if (hi4_prepare(x, M, K, &in)) return -1;
@@ -315,7 +419,7 @@ TARGET512 static int hi4_r16_matmul(const uint8_t *w, const float *x, float *app
         for (int64_t pass = 0, i0 = 0; pass < passes; pass++) {
             const int nx = (int)(M / passes + (pass < M % passes));
             float a[R16 * HI4_R16_INPUTS], bd[R16 * HI4_R16_INPUTS];
-            hi4_group_for[nx](w + g * blocks * HI4_R16_BYTES, in.xs + i0, in.ls + i0, blocks, (groups - g) * blocks,
+            group_for[nx](w + g * blocks * HI4_R16_BYTES, in.xs + i0, in.ls + i0, blocks, (groups - g) * blocks,
                               a, bd);
             for (int i = 0; i < nx; i++)
                 for (int r = 0; r < R16; r++) {

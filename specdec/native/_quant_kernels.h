@@ -884,7 +884,8 @@ PREFETCH_HELPER void r16_prefetch(const uint8_t *w, int block_bytes, int64_t b, 
 /* A group function's prefetch at step `part` of the `parts` steps of its inner loop over a block, for nx inputs.
  * - One input: all of the block R16_AHEAD blocks on at the first step (r16_prefetch), into L1. Its arithmetic is
  *   short; dealt out, a one-token step took 8-20% longer (eighth run), and 15% longer in the thirteenth (against
- *   builds whose one-input functions may have had no prefetch at all: see PREFETCH_HELPER).
+ *   builds whose one-input functions may have had no prefetch at all: see PREFETCH_HELPER). Not on AVX2: its group
+ *   functions ask for one input's as for two (GROUP_PF_NX, _quant_groups.h; AMD EPYC Zen 3, seventeenth run).
  * - Two inputs or more: the lines of the block R16_AHEAD_BYTES on, dealt into `parts` shares, one share a step, and
  *   into L2 only (_MM_HINT_T1). All of a block's lines at once (37 for Q4_K, 53 for Q6_K) filled the core's miss
  *   buffers, and the arithmetic waited behind them (eighth run). Asked into L1, 2 KB on, the lines came too late
