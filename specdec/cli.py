@@ -126,10 +126,11 @@ def _build_parser() -> argparse.ArgumentParser:
                           "torch's own kernels, CUDA graphs on cuda; needs --linear-kernel default on the CPU)")
     gen.add_argument("--session-rows", type=int, default=None, metavar="R",
                      help="rows of every fixed-shape pass (default 16)")
-    gen.add_argument("--argmax-head", action="store_true",
-                     help="GGUF targets at temperature 0: greedy steps (and verify passes, on AVX512-VNNI) read the "
-                          "top four bits of the Q6_K LM head, then only the rows that can be the argmax (the same "
-                          "tokens, 30%% fewer head bytes a step; about a second at load to build)")
+    gen.add_argument("--argmax-head", action=argparse.BooleanOptionalAction, default=None,
+                     help="GGUF targets at temperature 0: greedy steps and verify passes read the top four bits of "
+                          "the Q6_K LM head, then only the rows that can be the argmax (the same tokens, 30%% fewer "
+                          "head bytes a step; about a second at load to build). Default: on where it applies (a "
+                          "GGUF target with a Q6_K head, --temperature 0)")
     gen.add_argument("--baseline", action="store_true",
                      help="also run plain decoding: report the speedup and, at temperature 0, check greedy identity")
     return parser
@@ -159,7 +160,7 @@ def _validate(args: argparse.Namespace) -> None:
                              "order-fixed quantized kernel")
         if args.device != "cpu":
             raise UsageError(f"GGUF files run on the CPU only, got --device {args.device}")
-    if args.argmax_head and not _is_gguf(args.target):
+    if args.argmax_head and not _is_gguf(args.target):  # asked for by name (None: the default, below)
         raise UsageError("--argmax-head reads a GGUF file's Q6_K LM head: the target must be a .gguf file")
     if args.argmax_head and args.temperature != 0:
         raise UsageError(f"--argmax-head computes only the argmax: it is for greedy decoding (--temperature 0), "
@@ -272,6 +273,19 @@ def _check_pair(args: argparse.Namespace, spec: dict | None):
     return target
 
 
+def _argmax_head(args: argparse.Namespace, info) -> bool:
+    """Whether the GGUF target runs the exact argmax head: as asked, or by default where it applies (greedy decoding
+    and a Q6_K head: the file's output.weight, else its tied token embedding)."""
+    if args.argmax_head is not None:
+        return args.argmax_head
+    tensors = info.header.tensors
+    head = tensors.get("output.weight") or tensors.get("token_embd.weight")
+    on = args.temperature == 0 and head is not None and head.qtype == "Q6_K"
+    if on:
+        _status("the exact argmax head: on (greedy decoding, a Q6_K head; --no-argmax-head turns it off)")
+    return on
+
+
 def _describe(spec: dict) -> str:
     fields = ", ".join(f"{key}={value}" for key, value in spec.items() if key != "kind")
     return f"{spec['kind']} ({fields})" if fields else spec["kind"]
@@ -372,7 +386,7 @@ def _load_gguf_pair(args: argparse.Namespace, spec: dict | None):
     if target_info.context and max_length - 1 > target_info.context:
         raise UsageError(f"the prompt ({input_ids.shape[1]} tokens) and --max-new-tokens {args.max_new_tokens} "
                          f"exceed {args.target}'s context length of {target_info.context} tokens")
-    runtime = Runtime(weights="gguf", argmax_head=args.argmax_head)
+    runtime = Runtime(weights="gguf", argmax_head=_argmax_head(args, target_info))
     target, vocabulary = _load_target(args, runtime, target_info, max_length)
     return target, _make_draft(args, spec, target, vocabulary, runtime), tok, input_ids
 

@@ -231,6 +231,28 @@ def test_the_argmax_head_gives_the_same_greedy_tokens(ggufs, capsys):
     assert out["greedy_identical"] is True and out["tokens"] == out["baseline_tokens"] and out["n_tokens"] == 12
 
 
+ARGMAX_HEAD_ON = "the exact argmax head: on"
+
+
+@needs_product
+def test_greedy_gguf_decoding_runs_the_argmax_head_by_default_and_not_where_it_does_not_apply(ggufs, tmp_path, capsys):
+    q8_head = testing.tiny_gguf_with_tokenizer(tmp_path / "q8.gguf", types=testing.DRAFT_TYPES, layers=1)
+    runs = {"default": _gguf_args(ggufs, "--k", "2", "--json", "--baseline"),
+            "off": _gguf_args(ggufs, "--k", "2", "--json", "--baseline", "--no-argmax-head"),
+            "sampling": _gguf_args(ggufs, "--json", "--temperature", "0.8", "--seed", "1"),
+            "q8_0 head": ["generate", "--target", str(q8_head), "--prompt", "hi", "--max-new-tokens", "4",
+                          "--threads", "1", "--json"]}
+    said = {}
+    for name, argv in runs.items():
+        assert main(argv) == 0, name
+        captured = capsys.readouterr()
+        said[name] = ARGMAX_HEAD_ON in captured.err
+        if name in ("default", "off"):
+            out = json.loads(captured.out)
+            assert out["greedy_identical"] is True and out["tokens"] == out["baseline_tokens"], name
+    assert said == {"default": True, "off": False, "sampling": False, "q8_0 head": False}
+
+
 @pytest.mark.parametrize("target, extra, words", [
     ("gguf", ["--temperature", "0.7"], ["--argmax-head", "greedy decoding (--temperature 0)", "0.7"]),
     ("dir", [], ["--argmax-head", "must be a .gguf file"]),

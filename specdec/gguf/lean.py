@@ -20,9 +20,9 @@ same bits in a one-token step and in a verify pass of any size. Longer passes (a
 baseline and the speculative loop run the same prompt pass, so those rows are never compared with a step's.
 
 Greedy steps may skip most of the head: with `use_argmax_head` built, the decoding loops at temperature 0 turn on
-`set_argmax_only`, and a pass of one logit (of up to 16 where the CPU has AVX512-VNNI: a verify pass) then reads the
-Q6_K head's top four bits and only the rows that can be its argmax (specdec/gguf/argmax_head.py): the same argmax,
-the same tokens.
+`set_argmax_only`, and a pass of one logit (of up to 16, a verify pass, where the head's rows come in whole groups
+of 16) then reads the Q6_K head's top four bits and only the rows that can be its argmax
+(specdec/gguf/argmax_head.py): the same argmax, the same tokens.
 """
 
 from __future__ import annotations
