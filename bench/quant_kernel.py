@@ -77,9 +77,7 @@ def main() -> None:
         if args.hot_rows:  # one copy per layout, multiplied 28 times in a row
             layouts = {lay: ws * 28 for lay, ws in layouts.items()}
         inputs = {m: torch.randn(m, group[0].in_features) for m in args.rows}
-        # groups of 16 rows where the kernel multiplies them (AVX2 unpacks Q8_0's first: not a speed worth timing)
-        variants = [(k, lay) for lay in layouts for k in kernels
-                    if lay == "rows" or quant.groups_run_natively(group[0].qtype, k)]
+        variants = [(k, lay) for lay in layouts for k in kernels]
         cells = [(k, lay, m) for k, lay in variants for m in args.rows]
         times = {cell: [] for cell in cells}
         for lay, ws in layouts.items():

@@ -279,7 +279,8 @@ def test_groups_of_16_rows_keep_every_byte_and_dequantise_as_the_gguf_package_do
 
 @pytest.mark.parametrize("qtype, in_features", [(t, k) for t in GROUPED_TYPES for k in GROUP_WIDTHS[t]])
 def test_groups_of_16_rows_give_the_file_layouts_bits(qtype, in_features, kernel, threads):
-    """Every kernel (AVX-512 on the groups; AVX2 unpacking each group to the file's rows) gives the row code's bits:
+    """Every kernel's group functions give the row code's bits (avx2's Q8_0 by sign, as its rows; the random blocks
+    hold quants of -128):
     1..16 rows (passes of up to eight inputs over a group for Q4_K and Q6_K, four for Q5_0 and Q8_0; on AMX, Q4_K
     from 13 rows on tiles), blocks per row from 1 to 28, with and without a bias.
     Since the row code's rows are batch-invariant (above), so are the groups'."""
@@ -378,14 +379,14 @@ def test_the_layout_a_model_loads_with_follows_the_kernel_and_can_be_named(monke
     wide = quant.kernel_name() != "avx2"
     assert quant.preferred_layout("Q4_K", 32) == "r16"  # every kernel multiplies Q4_K's groups fastest
     assert quant.preferred_layout("Q6_K", 32) == ("r16" if wide else "rows")
-    assert quant.preferred_layout("Q5_0", 32) == quant.preferred_layout("Q8_0", 32) == ("r16" if wide else "rows")
+    assert quant.preferred_layout("Q5_0", 32) == quant.preferred_layout("Q8_0", 32) == "r16"
     assert quant.preferred_layout("Q4_K", 24) == "rows" and quant.preferred_layout("F16", 32) == "rows"
     with quant.use_kernel("avx2"):
         assert quant.preferred_layout("Q4_K", 32) == "r16" and quant.preferred_layout("Q6_K", 32) == "rows"
-    # avx2 has no group function for Q8_0 (its groups are unpacked to rows there): never its default, never a plan's
-    assert [quant.groups_run_natively(t, "avx2") for t in ("Q4_K", "Q6_K", "Q5_0", "Q8_0", "F16")] == [
-        True, True, True, False, False]
-    assert all(quant.groups_run_natively(t, "avx512-vnni") for t in quant.R16_BLOCK_BYTES)
+        assert quant.preferred_layout("Q5_0", 32) == quant.preferred_layout("Q8_0", 32) == "r16"
+    # every grouped type can load in groups, on any kernel (each has its group functions): not F16, not ragged
+    assert [quant.can_group(t, 32) for t in ("Q4_K", "Q6_K", "Q5_0", "Q8_0", "F16")] == [True] * 4 + [False]
+    assert not quant.can_group("Q8_0", 24)
     monkeypatch.setenv(quant.LAYOUT_ENV, "rows")
     assert quant.preferred_layout("Q4_K", 32) == "rows"
     monkeypatch.setenv(quant.LAYOUT_ENV, "r32")

@@ -50,9 +50,10 @@ REPEATS = 5
 MARGIN = 0.05         # a candidate must beat the default by this fraction to replace it (copies of one matrix
                       # in other memory differ by a few percent on a busy host: not a reason)
 HEAD = "head"
-RULES = 3             # how a plan is chosen from its timings; a plan cached under other rules is measured again
+RULES = 4             # how a plan is chosen from its timings; a plan cached under other rules is measured again
                       # (2: the head may keep a second copy for passes of several logits, as the layers' classes;
-                      # 3: avx2 has groups of 16 rows among its candidates, Q4_K's by default)
+                      # 3: avx2 has groups of 16 rows among its candidates, Q4_K's by default;
+                      # 4: Q8_0's groups run natively on avx2 too, and Q5_0 and Q8_0 load in groups there by default)
 
 
 @dataclass(frozen=True)
@@ -84,9 +85,9 @@ class KernelPlan:
         return layout
 
     def _fitted(self, layout: str, qtype: str, rows: int) -> str:
-        """`layout`, or the file's rows where it is groups of 16 that this matrix cannot take on the plan's kernel
-        (its type or height, or $SPECDEC_QUANT_LAYOUT=rows)."""
-        return "rows" if layout == "r16" and not quant.can_group(qtype, rows, self.kernel) else layout
+        """`layout`, or the file's rows where it is groups of 16 that this matrix cannot take (its type or height,
+        or $SPECDEC_QUANT_LAYOUT=rows)."""
+        return "rows" if layout == "r16" and not quant.can_group(qtype, rows) else layout
 
     def label(self) -> str:
         """What a step records: the kernel, "-r16" where the layers are in groups of 16 rows, and each class whose
@@ -209,11 +210,10 @@ def measure(path, classes: dict[str, list[QuantMatrix]], kernel: str | None = No
     default_kernel = kernel or quant.kernels()[-1]
     by_rows: dict[str, dict[tuple[str, str], dict[int, float]]] = {}
     for cls, rows in classes.items():
-        # the groups of 16 rows only where a candidate kernel multiplies them (not Q8_0's on avx2): no copy for none
-        grouping = {k for k, layout in candidates
-                    if layout == "r16" and all(quant.can_group(m.qtype, m.out_features, k) for m in rows)}
-        layouts = {"rows": rows, **({"r16": [m.in_layout("r16") for m in rows]} if grouping else {})}
-        usable = [(k, layout) for k, layout in candidates if layout == "rows" or k in grouping]
+        # the groups of 16 rows only where every matrix of the class can take them: no copy otherwise
+        grouped = all(quant.can_group(m.qtype, m.out_features) for m in rows)
+        layouts = {"rows": rows, **({"r16": [m.in_layout("r16") for m in rows]} if grouped else {})}
+        usable = [(k, layout) for k, layout in candidates if layout == "rows" or grouped]
         inputs = {(m, k): torch.randn(m, k) for m in ROWS for k in {matrix.in_features for matrix in rows}}
         for layout_matrices in layouts.values():  # first touch, outside the timing
             for matrix in layout_matrices:

@@ -117,17 +117,11 @@ LAYOUT_ENV = "SPECDEC_QUANT_LAYOUT"
 
 
 # The grouped types the avx2 kernel loads in groups by default: Q4_K (AMD EPYC Zen 3, 2 threads, the 1.5B's ffn_up
-# and attn_q: 0.42-0.58 of the rows' time at 1-5 rows); Q6_K's groups there took 1.1-1.2x the rows' (experiments/
-# cpu-lead, sixteenth run), so the kernel plan decides them by measuring. The AVX-512 kernels group every type that
-# has them.
-AVX2_GROUPED = frozenset({"Q4_K"})
-
-
-def groups_run_natively(qtype: str, kernel: str) -> bool:
-    """Whether `kernel` multiplies this type's groups of 16 rows with its group functions: every grouped type but
-    Q8_0 on avx2 (its unsigned quants would saturate vpmaddubsw there, so its groups are unpacked to rows per call:
-    correct, for tests, never fast)."""
-    return qtype in R16_BLOCK_BYTES and not (kernel == "avx2" and qtype == "Q8_0")
+# and attn_q: 0.42-0.58 of the rows' time at 1-5 rows; sixteenth run), Q5_0 (the 0.5B's layers: 0.44-0.56 at one
+# row, 0.62-0.73 at three) and Q8_0 (the 0.5B's head: 0.85-0.91 at one row, 0.77 at three; seventeenth run); Q6_K's
+# groups there took 1.1-1.2x the rows' (experiments/cpu-lead, sixteenth run), so the kernel plan decides them by
+# measuring. The AVX-512 kernels group every type that has them.
+AVX2_GROUPED = frozenset({"Q4_K", "Q5_0", "Q8_0"})
 
 
 def default_layout(qtype: str, kernel: str) -> str:
@@ -139,14 +133,13 @@ def default_layout(qtype: str, kernel: str) -> str:
     return "r16" if kernel != "avx2" or qtype in AVX2_GROUPED else "rows"
 
 
-def can_group(qtype: str, out_features: int, kernel: str | None = None) -> bool:
-    """Whether a matrix of this type and height may load in groups of 16 rows for `kernel` (default: this
-    process's): whole groups, a type whose groups the kernel multiplies, and $SPECDEC_QUANT_LAYOUT not "rows"."""
+def can_group(qtype: str, out_features: int) -> bool:
+    """Whether a matrix of this type and height may load in groups of 16 rows: a grouped type (every kernel
+    multiplies each of them with its group functions), whole groups, and $SPECDEC_QUANT_LAYOUT not "rows"."""
     wanted = os.environ.get(LAYOUT_ENV, "auto")
     if wanted not in ("auto", "rows"):
         raise ValueError(f"{LAYOUT_ENV}={wanted!r}: expected 'auto' or 'rows'")
-    return (wanted == "auto" and out_features % R16_ROWS == 0 and available()
-            and groups_run_natively(qtype, kernel or kernel_name()))
+    return wanted == "auto" and qtype in R16_BLOCK_BYTES and out_features % R16_ROWS == 0 and available()
 
 
 def preferred_layout(qtype: str, out_features: int) -> str:

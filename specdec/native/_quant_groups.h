@@ -4,7 +4,7 @@
  * register, each group in two parts: the avx512-vnni-256 kernel, the AVX512-VL encodings of the same instructions,
  * for CPUs that run a 512-bit instruction as two 256-bit halves) and 256 bits on AVX2 alone (GROUP_NO_VNNI: the avx2
  * kernel; vpdpbusd as vpmaddubsw then vpmaddwd by ones, exact where no pair of products leaves int16: the 4-, 5- and
- * 6-bit quants, so not Q8_0, whose groups AVX2 unpacks to rows). Lane r of part h is row GL h + r, and every lane
+ * 6-bit quants; Q8_0 by sign as the rows' dot_s8). Lane r of part h is row GL h + r, and every lane
  * takes the same integer and float operations in the same order at either width, so all give the same bits (and the
  * row code's: the layouts and why are above q4k_pack_block .. q8_0_pack_block). GROUP_ISA: the functions' target;
  * GROUP_SUFFIX: their names' (group_q4_k_r16_512, _256, _avx2). No include guard: included three times on purpose. */
@@ -309,8 +309,25 @@ GROUP_ISA static inline __attribute__((always_inline)) void GNAME(group_q5_0_r16
     GROUP_STORE
 }
 
-#ifndef GROUP_NO_VNNI /* its unsigned quants reach 255: vpmaddubsw would saturate */
-/* Q8_0: its quants + 128 as unsigned bytes (the input's offsets take the 128 back off), q32_lane per lane. */
+/* Q8_0's lane l for part h's rows (stored: their quants + 128, unsigned bytes) into input x's accumulator l. With
+ * VNNI q32_lane (the input's offsets take the 128 back off). On AVX2 the unsigned quants (up to 255) would saturate
+ * vpmaddubsw, so the signed quants (the top bit flipped back) go in as the rows' dot_s8 takes them: |q| times the
+ * input with q's sign (|q| <= 128, |x| <= 127: no pair leaves int16), then vpmaddwd by ones. The same lane integer,
+ * sum q x, then ROW_Q32's rounding: the same bits. */
+GROUP_ISA static inline __attribute__((always_inline)) VF GNAME(q8_0_lane)(VF acc, VF scale, VI stored,
+                                                                           const act_32 *x, int l) {
+#ifdef GROUP_NO_VNNI
+    const VI q = _mm256_xor_si256(stored, _mm256_set1_epi8((char)0x80));
+    int32_t quad;
+    memcpy(&quad, x->q + 4 * l, 4);
+    const VI pairs = _mm256_maddubs_epi16(_mm256_abs_epi8(q), _mm256_sign_epi8(_mm256_set1_epi32(quad), q));
+    return F_FMADD(scale, F_CVT(_mm256_madd_epi16(pairs, _mm256_set1_epi16(1))), acc);
+#else
+    return GNAME(q32_lane)(acc, scale, stored, x, l);
+#endif
+}
+
+/* Q8_0: q8_0_lane per lane and input. */
 GROUP_ISA static inline __attribute__((always_inline)) void GNAME(group_q8_0_r16)(const uint8_t *w,
                                                                                    const act_32 *const *x, int nx,
                                                                                    int64_t blocks, int64_t room,
@@ -322,14 +339,13 @@ GROUP_ISA static inline __attribute__((always_inline)) void GNAME(group_q8_0_r16
             GNAME(q32_scales)(w, x, nx, b, h, scale);
             for (int l = 0; l < 8; l++) {
                 const VI q = V_LOAD(w + R16_Q32_QS + 64 * l + AT4(h));
-                r16_prefetch_step(w, R16_Q8_0_BYTES, b, room, nx, h * 8 + l, GH * 8);
-                for (int i = 0; i < nx; i++) acc[i][h][l] = GNAME(q32_lane)(acc[i][h][l], scale[i], q, &x[i][b], l);
+                r16_prefetch_step(w, R16_Q8_0_BYTES, b, room, GROUP_PF_NX(nx), h * 8 + l, GH * 8);
+                for (int i = 0; i < nx; i++) acc[i][h][l] = GNAME(q8_0_lane)(acc[i][h][l], scale[i], q, &x[i][b], l);
             }
         }
     }
     GROUP_STORE
 }
-#endif
 
 /* Each group function compiled for 1..R16_INPUTS inputs (Q4_K, Q6_K: 1..R16_K_INPUTS; the count a constant, as for
  * the row functions), and their tables: group_q4_k_r16_512_for[nx] and so on. */
@@ -354,9 +370,7 @@ GROUP_ISA static inline __attribute__((always_inline)) void GNAME(group_q8_0_r16
 SPECIALISE_GROUP8(GNAME(group_q4_k_r16), act_k)
 SPECIALISE_GROUP8(GNAME(group_q6_k_r16), act_k)
 SPECIALISE_GROUP(GNAME(group_q5_0_r16), act_32)
-#ifndef GROUP_NO_VNNI
 SPECIALISE_GROUP(GNAME(group_q8_0_r16), act_32)
-#endif
 
 /* The 16 outputs of one group for nx inputs on its type's group function. */
 GROUP_ISA static void GNAME(group_product)(int type, const uint8_t *w, const void **rows, int nx, int64_t blocks,
@@ -365,11 +379,7 @@ GROUP_ISA static void GNAME(group_product)(int type, const uint8_t *w, const voi
     case Q4_K_R16: GCAT(GNAME(group_q4_k_r16), for)[nx](w, (const act_k *const *)rows, blocks, room, out); break;
     case Q6_K_R16: GCAT(GNAME(group_q6_k_r16), for)[nx](w, (const act_k *const *)rows, blocks, room, out); break;
     case Q5_0_R16: GCAT(GNAME(group_q5_0_r16), for)[nx](w, (const act_32 *const *)rows, blocks, room, out); break;
-#ifndef GROUP_NO_VNNI
     default: GCAT(GNAME(group_q8_0_r16), for)[nx](w, (const act_32 *const *)rows, blocks, room, out); break;
-#else
-    default: break; /* Q8_0_R16: r16_matmul unpacks it to rows on AVX2 */
-#endif
     }
 }
 

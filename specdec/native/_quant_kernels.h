@@ -918,8 +918,7 @@ TARGET512 static inline __attribute__((always_inline)) void zero_accumulators(__
 }
 
 /* The group functions (_quant_groups.h): group_product_512 (the avx512-vnni and amx kernels), group_product_256
- * (avx512-vnni-256) and group_product_avx2 (the avx2 kernel, 256-bit registers without VNNI; not Q8_0), the same
- * bits. */
+ * (avx512-vnni-256) and group_product_avx2 (the avx2 kernel, 256-bit registers without VNNI), the same bits. */
 #define GROUP_ISA TARGET512
 #define GROUP_BITS 512
 #define GROUP_SUFFIX 512
@@ -1440,49 +1439,26 @@ TARGET static inline void product_row(int type, const uint8_t *wn, const void **
 
 /* A grouped type (N a multiple of 16): every kernel runs the group functions (a few inputs per pass over a group,
  * the group's blocks staying in cache between passes; avx2 and avx512-vnni-256 on 256-bit registers, the others on
- * 512-bit ones), but AVX2 unpacks Q8_0's groups to the file's rows and runs the row code (tests only): the same bits
- * either way. Threads split the groups. */
+ * 512-bit ones). Threads split the groups. */
 TARGET static int r16_matmul(int type, const uint8_t *w, const void **rows, const float *bias, float *y, int64_t ldy,
                              int64_t N, int64_t K, int64_t M, int threads, int kernel) {
-    const int row_type = row_type_of(type);
     const int64_t blocks = K / BLOCK_VALUES[type], n_groups = N / R16, group_bytes = blocks * R16 * BLOCK_BYTES[type];
-    if (kernel != KERNEL_AVX2 || type != Q8_0_R16) {
-        const int per_pass = is_k_quant(type) ? R16_K_INPUTS : R16_INPUTS;
-        const int64_t passes = (M + per_pass - 1) / per_pass;
+    const int per_pass = is_k_quant(type) ? R16_K_INPUTS : R16_INPUTS;
+    const int64_t passes = (M + per_pass - 1) / per_pass;
 #pragma omp parallel for num_threads(threads) schedule(static)
-        for (int64_t g = 0; g < n_groups; g++) {
-            const uint8_t *wg = w + g * group_bytes;
-            for (int64_t pass = 0, i0 = 0; pass < passes; pass++) {
-                const int nx = (int)(M / passes + (pass < M % passes));
-                float out[R16_K_INPUTS * R16];
-                (kernel == KERNEL_AVX2         ? group_product_avx2
-                 : kernel == KERNEL_AVX512_256 ? group_product_256
-                                               : group_product_512)(type, wg, rows + i0, nx, blocks,
-                                                                    (n_groups - g) * blocks, out);
-                put_group(out, nx, bias, y + i0 * ldy, ldy, g);
-                i0 += nx;
-            }
-        }
-        return 0;
-    }
-    const int64_t row_bytes = blocks * BLOCK_BYTES[row_type];
-    uint8_t *unpacked = malloc((size_t)threads * R16 * row_bytes);
-    if (!unpacked) return -1;
-#pragma omp parallel num_threads(threads)
-    {
-        uint8_t *mine = unpacked + (size_t)omp_get_thread_num() * R16 * row_bytes;
-#pragma omp for schedule(static)
-        for (int64_t g = 0; g < n_groups; g++) {
-            r16_convert(row_type, 0, w + g * group_bytes, mine, R16, K);
-            for (int r = 0; r < R16; r++) {
-                const int64_t n = g * R16 + r;
-                /* left 0: the unpacked rows are in cache already, nothing to prefetch */
-                product_row(row_type, mine + r * row_bytes, rows, M, KERNEL_AVX2, K, 0, bias ? bias + n : NULL,
-                            y + n, ldy);
-            }
+    for (int64_t g = 0; g < n_groups; g++) {
+        const uint8_t *wg = w + g * group_bytes;
+        for (int64_t pass = 0, i0 = 0; pass < passes; pass++) {
+            const int nx = (int)(M / passes + (pass < M % passes));
+            float out[R16_K_INPUTS * R16];
+            (kernel == KERNEL_AVX2         ? group_product_avx2
+             : kernel == KERNEL_AVX512_256 ? group_product_256
+                                           : group_product_512)(type, wg, rows + i0, nx, blocks,
+                                                                (n_groups - g) * blocks, out);
+            put_group(out, nx, bias, y + i0 * ldy, ldy, g);
+            i0 += nx;
         }
     }
-    free(unpacked);
     return 0;
 }
 
