@@ -1440,8 +1440,8 @@ TARGET static inline void product_row(int type, const uint8_t *wn, const void **
 /* A grouped type (N a multiple of 16): every kernel runs the group functions (a few inputs per pass over a group,
  * the group's blocks staying in cache between passes; avx2 and avx512-vnni-256 on 256-bit registers, the others on
  * 512-bit ones). Threads split the groups. */
-TARGET static int r16_matmul(int type, const uint8_t *w, const void **rows, const float *bias, float *y, int64_t ldy,
-                             int64_t N, int64_t K, int64_t M, int threads, int kernel) {
+TARGET static void r16_matmul(int type, const uint8_t *w, const void **rows, const float *bias, float *y, int64_t ldy,
+                              int64_t N, int64_t K, int64_t M, int threads, int kernel) {
     const int64_t blocks = K / BLOCK_VALUES[type], n_groups = N / R16, group_bytes = blocks * R16 * BLOCK_BYTES[type];
     const int per_pass = is_k_quant(type) ? R16_K_INPUTS : R16_INPUTS;
     const int64_t passes = (M + per_pass - 1) / per_pass;
@@ -1459,7 +1459,6 @@ TARGET static int r16_matmul(int type, const uint8_t *w, const void **rows, cons
             i0 += nx;
         }
     }
-    return 0;
 }
 
 /* Inputs per pass over the weights on the row and group code: as many as keep their quantised activations within
@@ -1518,14 +1517,13 @@ TARGET static int matmul(int type, const uint8_t *w, int64_t stride, const float
         return failed;
     }
     if (is_grouped(type)) {
-        int failed = 0;
         const int64_t chunk = chunk_rows(type, K, M);
-        for (int64_t i0 = 0; i0 < M && !failed; i0 += chunk)
-            failed = r16_matmul(type, w, rows + i0, bias, y + i0 * ldy, ldy, N, K, M - i0 < chunk ? M - i0 : chunk,
-                                threads, kernel);
+        for (int64_t i0 = 0; i0 < M; i0 += chunk)
+            r16_matmul(type, w, rows + i0, bias, y + i0 * ldy, ldy, N, K, M - i0 < chunk ? M - i0 : chunk, threads,
+                       kernel);
         free(acts);
         free(rows);
-        return failed;
+        return 0;
     }
     /* AMX: Q4_K outputs 16 at a time, the inputs in as few tiles as hold them, of even sizes (17 rows: 9 + 8); the
      * outputs past the last group of 16 go on below (the same bits) */
