@@ -137,6 +137,63 @@ def test_the_probe_keeps_twelve_independent_accumulators_per_instruction(multipl
 
 
 @pytest.fixture(scope="module")
+def group_rate():
+    return runpy.run_path(str(BENCH / "group_rate.py"))
+
+
+needs_x86_gcc = pytest.mark.skipif(shutil.which("gcc") is None or platform.machine() != "x86_64",
+                                   reason="the group functions are x86 code; the probe is built with gcc")
+
+
+@pytest.fixture(scope="module")
+def group_rate_probe(group_rate, tmp_path_factory):
+    """The probe unoptimised (4 s to build, not 20): these tests check what it runs and refuses, not its rates."""
+    return group_rate["build_probe"](tmp_path_factory.mktemp("group-rate"), ["-O0", "-fopenmp"])
+
+
+@needs_x86_gcc
+@needs_product
+def test_the_group_rate_probe_times_each_type_and_input_count_and_the_avx2_step_ceiling(group_rate, group_rate_probe,
+                                                                                       tmp_path, monkeypatch):
+    monkeypatch.setitem(group_rate["main"].__globals__, "build_probe", lambda where: group_rate_probe)
+    out = tmp_path / "rate.csv"
+    group_rate["main"](["--types", "q4_k", "q8_0", "--kernels", "avx2", "--modes", "l2", "--inputs", "1", "5",
+                        "--rounds", "2", "--work", "0.01", "--out", str(out)])
+    frame = pd.read_csv(out)
+    cells = list(zip(frame.type, frame["mode"], frame.inputs))
+    # Q8_0 takes at most 4 inputs a pass: its 5 is not a cell; the step ceiling is Q4_K's on avx2
+    assert cells == [("q4_k", "l2", 1), ("q4_k", "l2", 5), ("q8_0", "l2", 1),
+                     ("q4_k", "step-ceiling", 1), ("q4_k", "step-ceiling", 5)]
+    assert (frame.kernel == "avx2").all() and (frame.rounds == 2).all()
+    assert ((frame.gmacs_min > 0) & (frame.gmacs_min <= frame.gmacs_median)
+            & (frame.gmacs_median <= frame.gmacs_max)).all()
+
+
+def test_the_group_rate_probe_refuses_a_kernel_the_cpu_does_not_run_and_inputs_past_a_pass(group_rate, capsys,
+                                                                                          monkeypatch):
+    monkeypatch.setattr(quant, "kernels", lambda: ("avx2",))
+    with pytest.raises(SystemExit):
+        group_rate["main"](["--kernels", "avx512-vnni"])
+    assert "['avx512-vnni']: not group kernels this CPU runs (it runs ['avx2'])" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        group_rate["main"](["--inputs", "9"])
+    assert "--inputs from 1 to 8" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        group_rate["main"](["--work", "0"])
+    assert "--work above 0" in capsys.readouterr().err
+
+
+@needs_x86_gcc
+def test_the_group_rate_probe_itself_refuses_what_its_group_functions_cannot_take(group_rate, group_rate_probe):
+    binary = group_rate_probe
+    for args, reps in ((["q5_0", "avx2", "l2", "5"], None), (["q9_k", "avx2", "l2", "1"], None),
+                       (["q4_k", "avx2", "l3", "1"], None), (["q4_k", "avx2", "l2", "1"], 0),
+                       (["step-ceiling", "9"], None)):
+        with pytest.raises(RuntimeError, match="the probe failed"):
+            group_rate["run_cell"](binary, args, 1, reps)
+
+
+@pytest.fixture(scope="module")
 def lean_step():
     return runpy.run_path(str(BENCH / "lean_step.py"))
 

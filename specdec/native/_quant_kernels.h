@@ -666,11 +666,13 @@ TARGET static inline __attribute__((always_inline)) void q6k_accumulate(__m256 *
 #define ROW_NAME(name) name
 #define ROW_GROUP GROUP
 #define ROW_MADD(acc, p, scale) _mm256_add_epi32(acc, _mm256_madd_epi16(p, scale))
+#define ROW_IN_ORDER(v) __asm__("" : "+x"(v)) /* see GROUP_IN_ORDER (_quant_groups.h) */
 #include "_quant_rows.h"
 #undef ROW_ISA
 #undef ROW_NAME
 #undef ROW_GROUP
 #undef ROW_MADD
+#undef ROW_IN_ORDER
 
 /* A Q5_0 block's 32 quants as signed bytes (-16..15): low nibbles, then high nibbles, each with its fifth bit. */
 TARGET static inline __attribute__((always_inline)) __m256i q5_0_quants(const uint8_t *w) {
@@ -868,6 +870,11 @@ ROW_Q32(row_q8_0_512, TARGET512, GROUP512, 34, q8_0_quants, dot_act_vnni)
                       * input in registers; SPECIALISE_GROUP compiles 1..4) */
 #define R16_K_INPUTS 8 /* Q4_K's and Q6_K's: two or three integer registers an input (group_q4_k_r16, group_q6_k_r16),
                         * so a verify pass up to k = 7 is one pass */
+/* The K-quants' on AVX2 (sixteen registers): at 8 inputs their group functions spill, and two passes of 4 run
+ * faster (AMD EPYC Zen 3, one thread, 16-row groups of a 1536-wide matrix in L2, G multiply-adds a second at 1..8
+ * inputs: Q4_K 60, 85, 99, 105, 108, 109, 105, 80; Q6_K 30, 43, 50, 50, 52, 48, 57, 43; eighteenth run,
+ * bench/group_rate.py). */
+#define R16_K_AVX2_INPUTS 7
 
 /* Asks for the bytes of the block R16_AHEAD blocks on (when the group or the next one has it): a prefetch changes
  * no value. */
@@ -990,11 +997,13 @@ SPECIALISE8(row_q8_0_512, act_32, TARGET512)
 #define ROW_NAME(name) name##_256
 #define ROW_GROUP GROUP512
 #define ROW_MADD(acc, p, scale) _mm256_dpwssd_epi32(acc, p, scale)
+#define ROW_IN_ORDER(v) ((void)0) /* vpdpwssd adds in place */
 #include "_quant_rows.h"
 #undef ROW_ISA
 #undef ROW_NAME
 #undef ROW_GROUP
 #undef ROW_MADD
+#undef ROW_IN_ORDER
 SPECIALISE8(row_q4_k_256, act_k, TARGET512)
 SPECIALISE8(row_q6_k_256, act_k, TARGET512)
 
@@ -1437,13 +1446,19 @@ TARGET static inline void product_row(int type, const uint8_t *wn, const void **
     }
 }
 
+/* Inputs a pass over a group's blocks on `kernel`. Passes change no value: each input's outputs are formed alone. */
+static inline int r16_pass_inputs(int type, int kernel) {
+    if (!is_k_quant(type)) return R16_INPUTS;
+    return kernel == KERNEL_AVX2 ? R16_K_AVX2_INPUTS : R16_K_INPUTS;
+}
+
 /* A grouped type (N a multiple of 16): every kernel runs the group functions (a few inputs per pass over a group,
  * the group's blocks staying in cache between passes; avx2 and avx512-vnni-256 on 256-bit registers, the others on
  * 512-bit ones). Threads split the groups. */
 TARGET static void r16_matmul(int type, const uint8_t *w, const void **rows, const float *bias, float *y, int64_t ldy,
                               int64_t N, int64_t K, int64_t M, int threads, int kernel) {
     const int64_t blocks = K / BLOCK_VALUES[type], n_groups = N / R16, group_bytes = blocks * R16 * BLOCK_BYTES[type];
-    const int per_pass = is_k_quant(type) ? R16_K_INPUTS : R16_INPUTS;
+    const int per_pass = r16_pass_inputs(type, kernel);
     const int64_t passes = (M + per_pass - 1) / per_pass;
 #pragma omp parallel for num_threads(threads) schedule(static)
     for (int64_t g = 0; g < n_groups; g++) {
