@@ -872,7 +872,7 @@ ROW_Q32(row_q8_0_512, TARGET512, GROUP512, 34, q8_0_quants, dot_act_vnni)
                         * so a verify pass up to k = 7 is one pass */
 /* The K-quants' on AVX2 (sixteen registers): at 8 inputs their group functions spill, and two passes of 4 run
  * faster (AMD EPYC Zen 3, one thread, 16-row groups of a 1536-wide matrix in L2, G multiply-adds a second at 1..8
- * inputs: Q4_K 60, 85, 99, 105, 108, 109, 105, 80; Q6_K 30, 43, 50, 50, 52, 48, 57, 43; eighteenth run,
+ * inputs: Q4_K 54, 76, 89, 93, 95, 92, 95, 88; Q6_K 26, 37, 43, 44, 46, 42, 47, 37; eighteenth run,
  * bench/group_rate.py). */
 #define R16_K_AVX2_INPUTS 7
 
