@@ -5,13 +5,14 @@
      KERNEL avx2 avx512-vnni-256 avx512-vnni (group_product_avx2 / _256 / _512)
      MODE   l2 (16 groups of a 1536-wide matrix, 221-340 KB, again and again) or stream (28 layers of 8960 rows)
      NX     inputs a pass (1 .. the type's most)
-   Prints "ms_per_pass gmacs" for each of ROUNDS rounds of REPS passes (default 2000 in L2, 2 streaming). The weights are arbitrary bytes and the inputs arbitrary
-   quants: a product's time does not depend on its values.
+   Prints "ms_per_pass gmacs" for each of ROUNDS rounds of REPS passes (default 2000 in L2, 2 streaming). The
+   weights are arbitrary bytes and the inputs arbitrary quants: a product's time does not depend on its values.
 
    group_rate step-ceiling NX ROUNDS [STEPS]
      The Q4_K AVX2 group step alone (one 256-bit load of eight rows' nibbles, their low and high halves, and per
-     input two broadcast quads, two vpmaddubsw and two vpaddw into registers): no scales, no flush, no prefetch,
-     nothing spilled. The rate no arrangement of that step's instructions beats on this core. */
+     input two broadcast quads, two vpmaddubsw and two vpaddw into registers, added in the order written): no
+     scales, no mins, no flush, no prefetch, nothing spilled. What the group function's other work costs is the gap
+     between its rate and this one. Prints "ns_per_step gmacs" for each of ROUNDS rounds. */
 #include "_quant_kernels.h"
 #include <stdio.h>
 #include <time.h>
@@ -45,6 +46,7 @@ static void *alloc64(size_t bytes) { return aligned_alloc(64, (bytes + 63) / 64 
                     memcpy(&c, x + 64 * i + 32 + 4 * t, 4);                                                   \
                     lo[i] = _mm256_add_epi16(lo[i], _mm256_maddubs_epi16(l, _mm256_set1_epi32(a)));           \
                     hi[i] = _mm256_add_epi16(hi[i], _mm256_maddubs_epi16(h, _mm256_set1_epi32(c)));           \
+                    __asm__("" : "+x"(lo[i]), "+x"(hi[i])); /* the written order, as GROUP_IN_ORDER */         \
                 }                                                                                             \
             }                                                                                                 \
         }                                                                                                     \
