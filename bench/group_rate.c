@@ -46,7 +46,7 @@ static void *alloc64(size_t bytes) { return aligned_alloc(64, (bytes + 63) / 64 
                     memcpy(&c, x + 64 * i + 32 + 4 * t, 4);                                                   \
                     lo[i] = _mm256_add_epi16(lo[i], _mm256_maddubs_epi16(l, _mm256_set1_epi32(a)));           \
                     hi[i] = _mm256_add_epi16(hi[i], _mm256_maddubs_epi16(h, _mm256_set1_epi32(c)));           \
-                    __asm__("" : "+x"(lo[i]), "+x"(hi[i])); /* the written order, as GROUP_IN_ORDER */         \
+                    IN_ORDER_256_PAIR(lo[i], hi[i]);                                                          \
                 }                                                                                             \
             }                                                                                                 \
         }                                                                                                     \

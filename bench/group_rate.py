@@ -10,10 +10,9 @@ groups of a 1536-wide matrix, either 16 groups multiplied again and again (in L2
 streaming from memory (as a verify pass reads them). On avx2 it also runs the Q4_K group step alone
 ("step-ceiling": the load, the nibble unpacking and per input two broadcasts, two vpmaddubsw and two vpaddw, in
 registers and in the written order: no scales, mins, flush or prefetch); the group function's other work costs the
-gap between its rate and that one. Prints G multiply-adds a
-second per cell, the median of the rounds [min, max] (--work scales a round's passes: 2000 in L2, 2 streaming,
-2 million steps for the ceiling); --out writes one row per cell (CSV, atomically). Run it
-alone on the machine: a neighbour on a shared host only ever slows a cell down."""
+gap between its rate and that one. Prints G multiply-adds a second per cell, the median of the rounds [min, max]
+(--work scales a round's passes: 2000 in L2, 2 streaming, 2 million steps for the ceiling); --out writes one row
+per cell (CSV, atomically). Run it alone on the machine: a neighbour on a shared host only ever slows a cell down."""
 
 from __future__ import annotations
 

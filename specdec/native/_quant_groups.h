@@ -99,13 +99,13 @@
  * Zen 3, sixteenth run). */
 /* GROUP_IN_ORDER(v) after each step's addition into a sum: on AVX2 the sums are vpaddw / vpaddd, which GCC
  * reassociates across the unrolled steps: it formed all of a chunk's products first and added them as a tree,
- * holding them all at once (spilled at four inputs and more). An empty asm on the sum keeps the written order, one
+ * holding them all at once (spilled at four inputs and more). IN_ORDER_256 (_simd.h) keeps the written order, one
  * product live at a time. Integer sums: the same values in any order. AMD EPYC Zen 3, one thread, builds alternated
  * (bench/group_rate.py), G multiply-adds a second at 3 / 5 / 7 inputs: Q4_K in L2 89 / 95 / 95 against 83 / 80 / 85,
  * streaming 28 layers 74 / 90 / 90 against 70 / 77 / 81; Q6_K at 7 inputs 47 against 33 (eighteenth run). VNNI's
  * vpdpbusd adds in place: nothing to keep. */
 #ifdef GROUP_NO_VNNI
-#define GROUP_IN_ORDER(v) __asm__("" : "+x"(v))
+#define GROUP_IN_ORDER(v) IN_ORDER_256(v)
 #else
 #define GROUP_IN_ORDER(v) ((void)0)
 #endif

@@ -358,7 +358,7 @@ TARGET static inline __attribute__((always_inline)) void hi4_group_avx2(const ui
                         memcpy(&c, x[i][b].q + 128 + 16 * p + 4 * k, 4);
                         lo_sum[i] = _mm256_add_epi16(lo_sum[i], _mm256_maddubs_epi16(lo, _mm256_set1_epi32(a)));
                         hi_sum[i] = _mm256_add_epi16(hi_sum[i], _mm256_maddubs_epi16(hi, _mm256_set1_epi32(c)));
-                        __asm__("" : "+x"(lo_sum[i]), "+x"(hi_sum[i])); /* in order: GROUP_IN_ORDER */
+                        IN_ORDER_256_PAIR(lo_sum[i], hi_sum[i]);
                     }
                 }
                 const __m256i s_lo = hi4_scale8_avx2(w, h, p), s_hi = hi4_scale8_avx2(w, h, 8 + p);

@@ -666,7 +666,7 @@ TARGET static inline __attribute__((always_inline)) void q6k_accumulate(__m256 *
 #define ROW_NAME(name) name
 #define ROW_GROUP GROUP
 #define ROW_MADD(acc, p, scale) _mm256_add_epi32(acc, _mm256_madd_epi16(p, scale))
-#define ROW_IN_ORDER(v) __asm__("" : "+x"(v)) /* see GROUP_IN_ORDER (_quant_groups.h) */
+#define ROW_IN_ORDER(v) IN_ORDER_256(v)
 #include "_quant_rows.h"
 #undef ROW_ISA
 #undef ROW_NAME

@@ -11,6 +11,14 @@
 #define SPECDEC_X86 1
 #define AVX2 __attribute__((target("avx2,fma,f16c")))
 
+/* An integer sum kept in the order written: after each step's vpaddw / vpaddd into `v` (a 256-bit register), an empty
+ * asm that says it changed `v`. Without it GCC reassociates such chains across unrolled steps, forming every step's
+ * products first and adding them as a tree, all live at once: on AVX2's 16 registers, spills (the quantised group
+ * functions from four inputs on; _quant_groups.h gives the measurements). No instruction is emitted, and an integer
+ * sum has the same value in any order. */
+#define IN_ORDER_256(v) __asm__("" : "+x"(v))
+#define IN_ORDER_256_PAIR(a, b) __asm__("" : "+x"(a), "+x"(b)) /* two sums, one statement */
+
 /* The sum of 8 lanes, always in the same order. */
 AVX2 static inline float hsum8(__m256 v) {
     __m128 lo = _mm256_castps256_ps128(v), hi = _mm256_extractf128_ps(v, 1);
