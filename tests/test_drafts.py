@@ -331,6 +331,65 @@ def test_adaptive_stops_at_first_unconfident_token(target, sampling):
     assert stopped_early > 0
 
 
+class _OnTheLastTokens:
+    """A draft given only what follows the context's first `skip` tokens (its prompt, contexts and lengths shifted):
+    what a prompt window of len(prompt) - skip tokens should draft like."""
+
+    def __init__(self, draft, skip):
+        self.draft, self.skip, self.vocab_size = draft, skip, draft.vocab_size
+
+    def prefill(self, prompt):
+        return self.draft.prefill(prompt[self.skip:])
+
+    def propose(self, context, k, sampling, generator):
+        return self.draft.propose(context[self.skip:], k, sampling, generator)
+
+    def rollback(self, valid_length):
+        self.draft.rollback(valid_length - self.skip)
+
+
+@pytest.mark.parametrize("window", [1, 5, 12, 40])
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_a_prompt_window_drafts_as_the_draft_on_the_prompts_last_tokens(target, window, temperature):
+    """The windowed draft proposes what the same draft proposes given only the prompt's last `window` tokens, block
+    after block (its cache cropped after each rejection as the loop asks); a window as long as the prompt or longer
+    changes nothing; at temperature 0 the output is plain greedy decoding's whatever the window."""
+    draft_model = perturbed_copy(target, noise=0.05)
+    prompt = torch.randint(0, VOCAB, (1, 12), generator=torch.Generator().manual_seed(5))
+    run = lambda draft: generate_speculative(target, draft, prompt, 3, MAX_NEW, temperature, seed=3)
+    windowed = run(ModelDraft(draft_model, prompt_window=window))
+    skip = max(0, prompt.shape[1] - window)
+    reference = run(_OnTheLastTokens(ModelDraft(draft_model), skip) if skip else ModelDraft(draft_model))
+    assert windowed.tokens == reference.tokens
+    assert [(s.drafted, s.accepted) for s in windowed.steps] == [(s.drafted, s.accepted) for s in reference.steps]
+    assert sum(s.accepted < s.drafted for s in windowed.steps) > 0  # rejections: the rollback ran
+    if temperature == 0.0:
+        assert windowed.tokens == generate_baseline(target, prompt, MAX_NEW).tokens
+
+
+def test_a_prompt_window_prefills_only_the_window_and_catches_up_lazily(target):
+    draft_model = perturbed_copy(target, noise=0.05)
+    prompt = list(range(3, 15))
+    draft = ModelDraft(draft_model, prompt_window=4)
+    draft.prefill(prompt)
+    assert (draft.skipped, draft.session.length) == (8, 4)
+    draft.prefill(prompt, lazy=True)  # a deferred prompt pass (the hybrid's): nothing read yet
+    assert (draft.skipped, draft.session.length) == (8, 0)
+    proposal = draft.propose(prompt + [7], 2, GREEDY, torch.Generator())
+    assert proposal.catchup_tokens == 5 and draft.session.length == 4 + 1 + 1  # the window, 7, the first proposal
+    eager = ModelDraft(draft_model, prompt_window=4)
+    eager.prefill(prompt)
+    assert eager.propose(prompt + [7], 2, GREEDY, torch.Generator()).tokens == proposal.tokens
+    draft.rollback(len(prompt) + 1)  # the block rejected: the window and the loop's token stay
+    assert draft.session.length == 5
+
+
+@pytest.mark.parametrize("bad", [0, -3, 2.5, True, "4"])
+def test_a_prompt_window_that_is_not_a_positive_integer_is_refused(target, bad):
+    with pytest.raises(ValueError, match="prompt_window must be a positive integer"):
+        ModelDraft(target, prompt_window=bad)
+
+
 def test_as_proposer_for_models_sessions_and_proposers(target):
     assert isinstance(as_proposer(target), ModelDraft)
     session = CachedLM(target)

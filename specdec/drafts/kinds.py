@@ -21,8 +21,11 @@ HEAD_VOCAB = {"type": "integer", "minimum": 2,
 HEAD_TYPE = {"enum": ["q5_0", "q8_0"],
              "description": "the draft's LM head rows requantised to this ggml block type at load (the gguf regime): "
                             "the 0.5B file's Q8_0 head in q5_0 reads 35% fewer bytes; exact whatever the value"}
+PROMPT_WINDOW = {"type": "integer", "minimum": 1,
+                 "description": "the draft reads only the prompt's last this many tokens: a long prompt's pass costs "
+                                "the draft that many; exact whatever the value (default: the whole prompt)"}
 MODEL_FIELDS = {"model": MODEL, "dtype": DTYPE, "min_confidence": MIN_CONFIDENCE, "vocab": HEAD_VOCAB,
-                "head_type": HEAD_TYPE}
+                "head_type": HEAD_TYPE, "prompt_window": PROMPT_WINDOW}
 LOOKUP_FIELDS = {"ngram_max": NGRAM, "ngram_min": NGRAM}
 HYBRID_FIELDS = {
     "model_k": {"type": "integer", "minimum": 1,
@@ -47,7 +50,7 @@ def _model_draft(spec: Mapping, resources: DraftResources):
             raise DraftSpecError(f"a draft's `head_type` requantises a GGUF file's LM head (runtime.weights 'gguf'); "
                                  f"this draft's model is a {type(model).__name__}")
         model.requantize_head(spec["head_type"].upper())
-    return ModelDraft(model, min_confidence=spec.get("min_confidence"))
+    return ModelDraft(model, min_confidence=spec.get("min_confidence"), prompt_window=spec.get("prompt_window"))
 
 
 def _lookup(spec: Mapping, resources: DraftResources):
@@ -114,7 +117,7 @@ def _own_model_cost(name: str, spec: Mapping) -> DraftCost:
 
 
 def _plain_model(spec: Mapping) -> bool:
-    return spec.get("min_confidence") is None and not _own_head(spec)
+    return spec.get("min_confidence") is None and spec.get("prompt_window") is None and not _own_head(spec)
 
 
 register(DraftKind(

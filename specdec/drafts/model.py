@@ -22,32 +22,45 @@ class ModelDraft:
         eos_token_ids: Sequence[int] | None = None,
         *,
         min_confidence: float | None = None,
+        prompt_window: int | None = None,
     ):
         """min_confidence (adaptive drafting, like llama.cpp's --draft-p-min or Hugging Face's
         assistant_confidence_threshold): after proposing a token, stop the block (keeping that token) when the
         draft's probability of it is below this; k is then a maximum. The probability is the warped one the token
-        was sampled from, or softmax(logits) at temperature 0. None (the default) always drafts k tokens."""
+        was sampled from, or softmax(logits) at temperature 0. None (the default) always drafts k tokens.
+
+        prompt_window: the draft reads only the prompt's last this many tokens (its positions from 0), so that a long
+        prompt's pass costs the draft that many tokens, not the prompt's length; the tokens it proposes may differ,
+        the output's distribution cannot (the draft may condition on anything). None (the default): the whole
+        prompt."""
         if min_confidence is not None and not (float(min_confidence) >= 0.0):  # also catches NaN
             raise ValueError(f"min_confidence must be >= 0 or None, got {min_confidence!r}")
+        if prompt_window is not None and (isinstance(prompt_window, bool) or not isinstance(prompt_window, int)
+                                          or prompt_window < 1):
+            raise ValueError(f"prompt_window must be a positive integer or None, got {prompt_window!r}")
         self.session: LanguageModelSession = as_session(model_or_session)
         self.vocab_size = self.session.vocab_size
         self.eos_token_ids = frozenset(eos_token_ids) if eos_token_ids is not None else self.session.eos_token_ids
         self.min_confidence = None if min_confidence is None else float(min_confidence)
+        self.prompt_window = prompt_window
+        self.skipped = 0  # the context's tokens before the draft's first: its position 0 is the context's this one
 
     def prefill(self, prompt: Sequence[int], *, lazy: bool = False) -> float:
         """Start a new sequence. lazy: only forget the last one; the first proposal then catches up on the prompt
         and every token generated before it in one call (for a proposer that may never need this draft)."""
         start = time.perf_counter()
         self.session.reset()
+        self.skipped = 0 if self.prompt_window is None else max(0, len(prompt) - self.prompt_window)
         if not lazy:
-            # The whole prompt, so that the first block only has the target's first token to catch up on.
-            self.session.extend(prompt, 1)
+            # The whole prompt (or its window), so that the first block only has the target's first token to catch
+            # up on.
+            self.session.extend(prompt[self.skipped:] if self.skipped else prompt, 1)
         return time.perf_counter() - start
 
     def propose(
         self, context: Sequence[int], k: int, sampling: SamplingConfig, generator: torch.Generator
     ) -> Proposal:
-        pending = list(context[self.session.length :])
+        pending = list(context[self.skipped + self.session.length :])
         proposal = Proposal(tokens=[], q=None, catchup_tokens=len(pending) if len(pending) > 1 else 0)
         q_rows: list[torch.Tensor] = []
         feed = pending
@@ -84,5 +97,5 @@ class ModelDraft:
         return proposal
 
     def rollback(self, valid_length: int) -> None:
-        if self.session.length > valid_length:
-            self.session.crop(valid_length)
+        if self.skipped + self.session.length > valid_length:
+            self.session.crop(max(0, valid_length - self.skipped))
