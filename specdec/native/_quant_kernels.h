@@ -481,8 +481,8 @@ TARGET static inline __m256i four_pieces(const int8_t *q) {
 /* A block's sums per 16 and per 32 in registers (integers: the same values in any order; each at most 16 x 128 or
  * 32 x 128, so the packs to int16 never saturate). With quantize_values' bytes in registers, a row of 8960 values
  * takes 3.5 us against 12.3 on one core, the same bytes (AMD EPYC Zen 3, nineteenth run: the former and this code
- * on 20,000 rows of random, tied, tiny, huge, infinite, NaN and arbitrary-bit values): at m positions a pass
- * quantises ~0.4 M values m times on one thread while the other waits. */
+ * on 20,000 rows of random, tied, tiny, huge, infinite, NaN and arbitrary-bit values). A pass quantises ~0.4 M
+ * values a position, on one thread while the other waits. */
 TARGET static void quantize_row_k(const float *x, act_k *y, int64_t K) {
     for (int64_t b = 0; b < K / QK; b++) {
         y[b].d = quantize_values(x + b * QK, y[b].q, QK);
