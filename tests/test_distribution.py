@@ -217,6 +217,15 @@ def _memoised_pair(k_tokens=3, draft_dtype=torch.float32):
     return MemoisedPair(target, draft, torch.tensor([[7, 300, 12, 45]]), SamplingConfig(1.0, top_k=5), k_tokens)
 
 
+@pytest.mark.parametrize("kind", ["model", "hybrid"])
+def test_a_draft_with_a_prompt_window_is_refused_by_the_check_with_why(kind):
+    target = tiny_qwen2(vocab_size=64, hidden_size=16, seed=5)
+    draft = perturbed_copy(target, noise=0.1, seed=6)
+    with pytest.raises(ValueError, match="reads only its last 2 tokens"):
+        MemoisedPair(target, draft, torch.tensor([[7, 30, 12, 45]]), SamplingConfig(1.0, top_k=5), 2,
+                     draft_spec={"kind": kind, "model": "draft", "prompt_window": 2})
+
+
 @pytest.mark.slow  # the study's check machinery on a tiny pair; the rule's own chi-square tests stay in the fast tier
 @pytest.mark.parametrize("draft_dtype", [torch.float32, pytest.param(torch.bfloat16, marks=pytest.mark.extended)],
                          ids=["fp32-draft", "bf16-draft"])  # bf16: the same machinery again, in the extended runs

@@ -137,6 +137,11 @@ class ModelDraftLaw:
 
     def __init__(self, proposer: ModelDraft, sampling: SamplingConfig):
         session = proposer.session
+        if proposer.prompt_window is not None:  # its q is of the prompt's last tokens: not computed here
+            raise ValueError(f"the distribution check computes a model draft's law over the whole prompt, and this "
+                             f"one reads only its last {proposer.prompt_window} tokens (prompt_window): check the "
+                             f"draft without the window (the window changes what the draft conditions on, not the "
+                             f"rule)")
         if not hasattr(session, "next_token_logits"):
             raise TypeError(f"{type(proposer).__name__}: the distribution check needs the draft's logits by prefix "
                             f"(a PrefixMemoLM session), not a {type(session).__name__}")
