@@ -466,7 +466,8 @@ TARGET static float quantize_values(const float *x, int8_t *q, int64_t n) {
     return amax / 127.0f;
 }
 
-/* The sums of a 32-quant piece's every 4 (int32 lanes: the first 16's in 0-3, the second 16's in 4-7). */
+/* The sums of every 4 of 32 quants: int32 lane l holds quants 4l..4l+3 (so the first 16's in lanes 0-3, the second
+ * 16's in 4-7). quantize_row_32's offsets and quantize_row_k's sums per 16 both start from it. */
 TARGET static inline __m256i piece_fours(const int8_t *q) {
     const __m256i v = _mm256_loadu_si256((const __m256i *)q);
     return _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(1), v), _mm256_set1_epi16(1));
@@ -499,9 +500,8 @@ TARGET static void quantize_row_32(const float *x, act_32 *y, int64_t K, int off
     for (int64_t b = 0; b < K / Q32; b++) {
         y[b].d = quantize_values(x + b * Q32, y[b].q, Q32);
         if (!offset) continue;
-        const __m256i q = _mm256_loadu_si256((const __m256i *)y[b].q);
-        const __m256i fours = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(1), q), _mm256_set1_epi16(1));
-        _mm256_storeu_si256((__m256i *)y[b].offsets, _mm256_mullo_epi32(fours, _mm256_set1_epi32(-offset)));
+        const __m256i offsets = _mm256_mullo_epi32(piece_fours(y[b].q), _mm256_set1_epi32(-offset));
+        _mm256_storeu_si256((__m256i *)y[b].offsets, offsets);
     }
 }
 
