@@ -54,7 +54,7 @@ class ModelDraft:
         if not lazy:
             # The whole prompt (or its window), so that the first block only has the target's first token to catch
             # up on.
-            self.session.extend(prompt[self.skipped:] if self.skipped else prompt, 1)
+            self.session.extend(prompt[self.skipped:], 1)
         return time.perf_counter() - start
 
     def propose(
