@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+import snakemake_runs
 from scripts import load_script
 from specdec.study import bench as bench_plan
 
@@ -31,9 +32,8 @@ def dry_run_test(test):
 
 def dry_run(*args: str, ok: bool = True) -> subprocess.CompletedProcess:
     """`snakemake -n -p` in the checkout: every job of the DAG listed (--forceall) with its shell command."""
-    result = subprocess.run([sys.executable, "-m", "snakemake", "--dry-run", "--printshellcmds", "--forceall",
-                             "--nolock", "--cores", "2", *args], cwd=REPO, capture_output=True, text=True,
-                            timeout=600, env={**os.environ, "SPECDEC_MACHINE": MACHINE})
+    result = snakemake_runs.run(["--dry-run", "--printshellcmds", "--forceall", "--nolock", "--cores", "2", *args],
+                                cwd=REPO, env={**os.environ, "SPECDEC_MACHINE": MACHINE})
     if ok:
         assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
     return result

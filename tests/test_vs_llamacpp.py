@@ -16,6 +16,7 @@ import pandas as pd
 import pytest
 import torch
 
+import snakemake_runs
 from specdec.gguf import quant
 from specdec.gguf.loading import load_gguf_for_decoding
 from specdec.load import make_draft
@@ -230,9 +231,8 @@ def test_the_three_draft_layer_plans_jobs_without_the_dropped_drafts_or_llamacpp
 
 
 def _dry_run(*args, env=None):
-    return subprocess.run([sys.executable, "-m", "snakemake", "--dry-run", "--forceall", "--nolock", "--cores", "2",
-                           *args], cwd=REPO, capture_output=True, text=True, timeout=600,
-                          env=None if env is None else {**os.environ, **env})
+    return snakemake_runs.run(["--dry-run", "--forceall", "--nolock", "--cores", "2", *args], cwd=REPO,
+                              env=None if env is None else {**os.environ, **env})
 
 
 def _planned(*args, env=None) -> str:

@@ -18,6 +18,7 @@ import pandas as pd
 import pytest
 import yaml
 
+import snakemake_runs
 from specdec.study.config import ConfigError, validate_config
 from specdec.testing import build_tiny_study
 
@@ -36,10 +37,9 @@ PLUGIN_PATH = {"PYTHONPATH": os.pathsep.join([str(REPO / "tests"), os.environ.ge
 
 def snakemake(workdir: Path, *args: str, configfile: Path | None = None,
               env: dict | None = None) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, "-m", "snakemake", "--snakefile", str(REPO / "Snakefile"), "--directory", str(workdir),
-           "--configfile", str(configfile or workdir / "config.yaml"), *args]
-    return subprocess.run(cmd, capture_output=True, text=True,
-                          env=dict(os.environ, OMP_NUM_THREADS="1", **{**PLUGIN_PATH, **(env or {})}), timeout=900)
+    return snakemake_runs.run(["--snakefile", REPO / "Snakefile", "--directory", workdir,
+                               "--configfile", configfile or workdir / "config.yaml", *args],
+                              env=dict(os.environ, OMP_NUM_THREADS="1", **{**PLUGIN_PATH, **(env or {})}), timeout=900)
 
 
 # Full tiny runs use both cores: every multi-threaded rule gets one thread, so Snakemake runs two jobs at a time
@@ -803,8 +803,7 @@ def test_every_layers_commands_make_a_valid_config_and_plan(layer, args):
     validate_config(config, SCHEMA)
     # a GPU layer's machine is its GPU: named here where torch sees none (a GPU's id, as machine_id spells one)
     gpu = {"SPECDEC_MACHINE": "nvidia-h200-cuda13.0-torch2.11.0"} if config["runtime"].get("device") == "cuda" else {}
-    result = subprocess.run([sys.executable, "-m", "snakemake", "--dry-run", "--forceall", "--nolock", *args],
-                            cwd=REPO, capture_output=True, text=True, timeout=600, env=dict(os.environ, **gpu))
+    result = snakemake_runs.run(["--dry-run", "--forceall", "--nolock", *args], cwd=REPO, env=dict(os.environ, **gpu))
     assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
 
 

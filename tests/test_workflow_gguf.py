@@ -5,6 +5,7 @@ table, no profile), and the refusals at start or when a stage that does not run 
 asked for, each naming what it refuses."""
 
 import copy
+import os
 import shutil
 import subprocess
 import sys
@@ -14,6 +15,7 @@ import pandas as pd
 import pytest
 import yaml
 
+import snakemake_runs
 from specdec.testing import build_tiny_gguf_study, tiny_gguf_with_tokenizer
 
 pytestmark = pytest.mark.slow
@@ -23,10 +25,9 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def snakemake(workdir: Path, *args: str, timeout: int = 900) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, "-m", "snakemake", "--snakefile", str(REPO / "Snakefile"), "--directory", str(workdir),
-           "--configfile", str(workdir / "config.yaml"), *args]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
-                          env={**__import__("os").environ, "OMP_NUM_THREADS": "1"})
+    return snakemake_runs.run(["--snakefile", REPO / "Snakefile", "--directory", workdir,
+                               "--configfile", workdir / "config.yaml", *args],
+                              env={**os.environ, "OMP_NUM_THREADS": "1"}, timeout=timeout)
 
 
 def tiny_gguf_config(root: Path) -> dict:
@@ -150,9 +151,8 @@ def test_config_gguf_plans_the_study_from_the_gguf_files():
     weights (the distribution check runs the GGUF sessions, the machine's profiles the GGUF files); the default
     target audits the cost model against the decode runs; nothing is written outside results/study-gguf/,
     resources/ and this machine's gguf fit."""
-    result = subprocess.run([sys.executable, "-m", "snakemake", "--dry-run", "--forceall", "--nolock", "--cores", "2",
-                             "--configfile", "config/gguf.yaml"], cwd=REPO, capture_output=True, text=True,
-                            timeout=600)
+    result = snakemake_runs.run(["--dry-run", "--forceall", "--nolock", "--cores", "2", "--configfile",
+                                 "config/gguf.yaml"], cwd=REPO)
     output = result.stdout + result.stderr
     assert result.returncode == 0, output[-4000:]
     lines = output.splitlines()

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+import snakemake_runs
 REPO = Path(__file__).resolve().parents[1]
 QUICK = ("--configfile", "config/quick.yaml")
 THREADS_NOTICE = "timed jobs run {threads} torch threads (runtime.threads) one at a time"
@@ -23,8 +24,7 @@ ON_QUICK_PLAN = pytest.mark.xdist_group("quick-plan")
 def dry_run(*args: str) -> subprocess.CompletedProcess:
     """`snakemake -n` in the checkout, as a user types it; every job of the DAG listed (--forceall), whatever this
     checkout has already made; --nolock: a run in progress here does not stop a dry run."""
-    result = subprocess.run([sys.executable, "-m", "snakemake", "--dry-run", "--forceall", "--nolock", *args],
-                            cwd=REPO, capture_output=True, text=True, timeout=600)
+    result = snakemake_runs.run(["--dry-run", "--forceall", "--nolock", *args], cwd=REPO)
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
     return result
 
