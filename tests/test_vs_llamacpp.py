@@ -8,8 +8,6 @@ must come out at that factor exactly: no ratio of two wall-clock runs is asserte
 
 import math
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pandas as pd

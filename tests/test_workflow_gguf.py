@@ -8,7 +8,6 @@ import copy
 import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pandas as pd

@@ -5,7 +5,6 @@
 
 import re
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
