@@ -3,20 +3,23 @@
 - `--cores 1` plans the same machine id and paths as `--cores 2`: timed jobs run runtime.threads torch threads
   whatever --cores is, which only bounds how many jobs run at once."""
 
+import os
 import re
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
 import snakemake_runs
+
 REPO = Path(__file__).resolve().parents[1]
 QUICK = ("--configfile", "config/quick.yaml")
 THREADS_NOTICE = "timed jobs run {threads} torch threads (runtime.threads) one at a time"
 
-# A dry run costs about 10 s of CPU, nearly all of it the Snakefile's imports (torch and transformers, through
-# specdec.drafts): slow tier. The tests that read the --cores 2 plan share one worker and one dry run of it.
+# A dry run's CPU is mostly the imports of Snakemake and the Snakefile (tests/snakemake_runs.py pays them once a
+# worker): slow tier. The tests that read the --cores 2 plan share one worker and one dry run of it.
 ON_QUICK_PLAN = pytest.mark.xdist_group("quick-plan")
 
 
@@ -118,3 +121,29 @@ def test_the_head_trained_on_the_corpus_reads_both_data_sets_and_starts_from_cod
     corpus = job("feature_head_corpus", "resources/feature_head/corpus.parquet")
     assert {"resources/prompt_sources/writingbench.jsonl", "resources/prompt_sources/longbench_write.jsonl",
             "resources/prompt_sources/humaneval.jsonl.gz", "resources/prompt_sources/mtbench.jsonl"} <= corpus
+
+
+@pytest.mark.slow
+def test_the_dry_run_server_answers_as_snakemake_run_alone_would():
+    """tests/snakemake_runs.py forks its dry runs from a process that imported Snakemake once: each must give what
+    `python -m snakemake` run alone gives (its exit status, its plan, its error), in the run's own directory and
+    environment, or every plan test reads the wrong thing."""
+    def alone(args):
+        return subprocess.run([sys.executable, "-m", "snakemake", *args], cwd=REPO, capture_output=True, text=True,
+                              timeout=600)
+
+    plan = ["--dry-run", "--forceall", "--nolock", *QUICK]
+    served, reference = snakemake_runs.run(plan, cwd=REPO), alone(plan)
+    assert served.returncode == reference.returncode == 0, served.stderr[-2000:]
+    assert planned_files(served.stdout) == planned_files(reference.stdout) != set()
+
+    wrong = ["--dry-run", "--nolock", *QUICK, "--", "no/such/target.csv"]
+    served, reference = snakemake_runs.run(wrong, cwd=REPO), alone(wrong)
+    assert served.returncode == reference.returncode != 0
+    assert "no/such/target.csv" in served.stdout + served.stderr
+    assert served.stderr.strip().splitlines()[-1] == reference.stderr.strip().splitlines()[-1]
+
+    elsewhere = snakemake_runs.run(["--dry-run", "--nolock"], cwd=REPO / "docs")  # no Snakefile there
+    assert elsewhere.returncode != 0 and "Snakefile" in elsewhere.stdout + elsewhere.stderr
+    named = snakemake_runs.run(plan, cwd=REPO, env={**os.environ, "SPECDEC_MACHINE": "served-machine-id"})
+    assert named.returncode == 0 and "machines/served-machine-id/" in named.stdout
