@@ -5,7 +5,8 @@ among them), and the suite makes dozens. `run` sends a dry run to a server proce
 imported them once and forks for every run: the child parses the command line, changes to the run's directory,
 takes its environment and calls Snakemake's own entry point, with its output going to files as a subprocess's
 would. Each run still starts from a clean state (the fork of a process that never ran a workflow), and gives what
-`subprocess.run` gives. Anything but a dry run (real jobs, locks, their own subprocesses) runs as a subprocess."""
+`subprocess.run` gives (tests/test_workflow_plan.py checks it). Anything but a dry run (real jobs, locks, their own
+subprocesses) runs as a subprocess, and so does every run where the OS has no fork."""
 
 from __future__ import annotations
 
@@ -29,7 +30,7 @@ def run(args: list[str], cwd=None, env: dict | None = None, timeout: float = 600
     """`python -m snakemake *args` in cwd with env (default: this process's), as subprocess.run(capture_output=True,
     text=True) gives it; subprocess.TimeoutExpired past timeout."""
     args, env, cwd = [str(a) for a in args], dict(os.environ if env is None else env), str(cwd or os.getcwd())
-    if not is_dry_run(args):
+    if not is_dry_run(args) or not hasattr(os, "fork"):  # (no fork: every run a subprocess)
         return subprocess.run([sys.executable, "-m", "snakemake", *args], cwd=cwd, env=env, capture_output=True,
                               text=True, timeout=timeout)
     server = _started()
