@@ -386,7 +386,8 @@ def test_help_lists_every_registered_kind_without_importing_torch(capsys):
      {"kind": "hybrid", "model": "DRAFT", "defer_prefill": "later"}),
     (["--draft-kind", "hybrid", "--draft", "DRAFT", "--draft-option", "head_type=q4_k"],
      {"kind": "hybrid", "model": "DRAFT", "head_type": "q4_k"}),
-    (["--draft", "DRAFT", "--draft-option", "prompt_window=0"], {"kind": "model", "model": "DRAFT", "prompt_window": 0}),
+    (["--draft", "DRAFT", "--draft-option", "prompt_window=0"],
+     {"kind": "model", "model": "DRAFT", "prompt_window": 0}),
     (["--draft", "DRAFT", "--draft-option", "prompt_window=1.5"],
      {"kind": "model", "model": "DRAFT", "prompt_window": 1.5}),
 ])

@@ -118,7 +118,8 @@ def test_a_row_is_the_same_bits_whatever_shares_the_call_and_on_any_thread_count
     torch.manual_seed(0)
     x = torch.randn(40, 512)
     alone = torch.cat([matrix.matmul(x[i:i + 1]) for i in range(40)])
-    for rows in range(1, 41):  # every grouping of the inputs (4, Q6_K's avx2 rows 6, AVX-512's 8 share each unpacked piece)
+    # every grouping of the inputs (4, Q6_K's avx2 rows 6, AVX-512's 8 share each unpacked piece)
+    for rows in range(1, 41):
         assert torch.equal(_bits(matrix.matmul(x[:rows])), _bits(alone[:rows])), rows
     assert torch.equal(_bits(matrix.matmul(x[7:19])), _bits(alone[7:19]))
 

@@ -1,11 +1,11 @@
 /* The K-quant row functions (one weight row in the file's layout times up to ROW_GROUP inputs) on 256-bit registers,
  * included by _quant_kernels.h twice: for the avx2 kernel (16 registers: Q4_K up to GROUP 4 inputs, Q6_K up to
  * Q6K_AVX2_ROW_GROUP 6; each pair sum multiplied by its scale and added, vpmaddwd + vpaddd) and for avx512-vnni-256
- * (ROW_GROUP 8: 32 registers; vpdpwssd, the same multiply and add in one instruction). The integers are exact either way and the float epilogue is shared
- * (q4k_keep / q4k_flush_all, q6k_accumulate): the same bits. ROW_IN_ORDER keeps Q6_K's additions in the written order
- * on avx2 (GROUP_IN_ORDER, _quant_groups.h; AMD EPYC Zen 3, one thread, in L2: 18 / 30 / 33 against 15 / 27 / 27 G
- * multiply-adds a second at 1 / 3 / 4 inputs, eighteenth run); Q4_K's rows keep theirs as they were (Q4_K runs in
- * groups on avx2). No include guard: included twice on purpose. */
+ * (ROW_GROUP 8: 32 registers; vpdpwssd, the same multiply and add in one instruction). The integers are exact either
+ * way and the float epilogue is shared (q4k_keep / q4k_flush_all, q6k_accumulate): the same bits. ROW_IN_ORDER keeps
+ * Q6_K's additions in the written order on avx2 (GROUP_IN_ORDER, _quant_groups.h; AMD EPYC Zen 3, one thread, in L2:
+ * 18 / 30 / 33 against 15 / 27 / 27 G multiply-adds a second at 1 / 3 / 4 inputs, eighteenth run); Q4_K's rows keep
+ * theirs as they were (Q4_K runs in groups on avx2). No include guard: included twice on purpose. */
 ROW_ISA static inline __attribute__((always_inline)) void ROW_NAME(row_q4_k)(const uint8_t *w, const act_k *const *x,
                                                                             int nx, int64_t K, int64_t left,
                                                                             float *out) {
