@@ -10,10 +10,12 @@ Prints instructions and multiply-adds per second per core (median over cores); -
 and core (CSV, atomically). Compiles its probe with gcc; runs only the instructions this CPU has (/proc/cpuinfo
 flags). Run it alone on the machine.
 
---beside also runs each instruction with one 512-bit companion after each of its 12 (on registers of their own, no
-dependence between them) and prints the share of a multiply's slot each companion takes: 0 where the two issue in
-the same cycle, 1 where the companion waits for the multiplier as another multiply would (the rate of a kernel that
-mixes them is then the count of its instructions weighted so, over this rate: bench/verify_roofline.py)."""
+--beside also runs each instruction with one companion after each of its 12 and prints the share of a multiply's
+slot each companion takes: 0 where the two issue in the same cycle, 1 where the companion waits for the multiplier
+as another multiply would (the rate of a kernel that mixes them is then the count of its instructions weighted so,
+over this rate: bench/verify_roofline.py). The 512-bit companions (vpandd, ...) run on registers of their own, no
+dependence between them; the 256-bit ones (ymm-vpaddw, ...: AVX2 has sixteen registers) on the register the
+multiply before them wrote, so only beside a multiply that reads no accumulator (ymm-vpmaddubsw, ymm-vpmaddwd)."""
 
 from __future__ import annotations
 
@@ -64,7 +66,31 @@ COMPANIONS = {
     "vcvtph2ps": ({"avx512f"}, "vcvtph2ps %%ymm15, %%zmm{j}"),
     "vmovdqa32": ({"avx512f"}, "vmovdqa32 %%zmm15, %%zmm{j}"),
     "vpshufb-merge": ({"avx512bw"}, "vpshufb %%zmm14, %%zmm15, %%zmm{j}%{{%%k1%}}"),  # k1: whatever it holds
+    # 256-bit, as in the avx2 kernel's functions; beside a multiply that reads no accumulator only (YMM_BASES), each
+    # on its multiply's own register (AVX2 has sixteen): a fresh write, or (a multiply-add) a read of the value just
+    # written, so no chain runs from one round to the next
+    "ymm-vpand": ({"avx2"}, "vpand %%ymm14, %%ymm15, %%ymm{j}"),
+    "ymm-vpor": ({"avx2"}, "vpor %%ymm14, %%ymm15, %%ymm{j}"),
+    "ymm-vpsrlw": ({"avx2"}, "vpsrlw $4, %%ymm15, %%ymm{j}"),
+    "ymm-vpsllw": ({"avx2"}, "vpsllw $4, %%ymm15, %%ymm{j}"),
+    "ymm-vpshufb": ({"avx2"}, "vpshufb %%ymm14, %%ymm15, %%ymm{j}"),
+    "ymm-vpermq": ({"avx2"}, "vpermq $0x4e, %%ymm15, %%ymm{j}"),
+    "ymm-vpbroadcastd-load": ({"avx2"}, "vpbroadcastd (%1), %%ymm{j}"),
+    "ymm-vpaddw": ({"avx2"}, "vpaddw %%ymm14, %%ymm15, %%ymm{j}"),
+    "ymm-vpaddd": ({"avx2"}, "vpaddd %%ymm14, %%ymm15, %%ymm{j}"),
+    "ymm-vpmaddubsw": ({"avx2"}, "vpmaddubsw %%ymm14, %%ymm15, %%ymm{j}"),
+    "ymm-vpmaddwd": ({"avx2"}, "vpmaddwd %%ymm14, %%ymm15, %%ymm{j}"),
+    "ymm-vpmulld": ({"avx2"}, "vpmulld %%ymm14, %%ymm15, %%ymm{j}"),
+    "ymm-vpmovsxbw": ({"avx2"}, "vpmovsxbw %%xmm15, %%ymm{j}"),
+    "ymm-vpmovzxbd": ({"avx2"}, "vpmovzxbd %%xmm15, %%ymm{j}"),
+    "ymm-vcvtph2ps": ({"avx2", "f16c"}, "vcvtph2ps %%xmm15, %%ymm{j}"),
+    "ymm-vcvtdq2ps": ({"avx2"}, "vcvtdq2ps %%ymm15, %%ymm{j}"),
+    "ymm-vfmadd231ps": ({"avx2", "fma"}, "vfmadd231ps %%ymm14, %%ymm15, %%ymm{j}"),
+    "ymm-vmulps": ({"avx2"}, "vmulps %%ymm14, %%ymm15, %%ymm{j}"),
+    "ymm-vaddps": ({"avx2"}, "vaddps %%ymm14, %%ymm15, %%ymm{j}"),
+    "ymm-vmovdqa": ({"avx2"}, "vmovdqa %%ymm15, %%ymm{j}"),
 }
+YMM_BASES = ("ymm-vpmaddubsw", "ymm-vpmaddwd")  # the multiplies the 256-bit companions run beside
 PAIRS = 5  # alone-then-paired runs a companion's share is read from
 COMPANION_BASE = 16  # the companions' registers: zmm16 .. zmm27, apart from the multiplies' zmm0 .. zmm11
 
@@ -91,11 +117,12 @@ def _loop(name: str, beside: str | None = None) -> str:
     returning the seconds taken."""
     _, _, instruction, reg = INSTRUCTIONS[name]
     companion = COMPANIONS[beside][1] if beside else None
+    base = 0 if is_256(beside) else COMPANION_BASE  # the 256-bit ones on the multiply's own register
     body = "".join(f'"{instruction} %%{reg}14, %%{reg}15, %%{reg}{i}\\n"\n'
-                   + (f'"{companion.format(j=COMPANION_BASE + i)}\\n"\n' if companion else "")
+                   + (f'"{companion.format(j=base + i)}\\n"\n' if companion else "")
                    for i in range(ACCUMULATORS))
     registers = list(range(ACCUMULATORS)) + [14, 15]
-    if companion:
+    if companion and not is_256(beside):
         registers += [COMPANION_BASE + i for i in range(ACCUMULATORS)]
     clobbers = ", ".join(f'"xmm{i}"' for i in registers)
     return f"""
@@ -106,6 +133,11 @@ static double {_symbol(pair_name(name, beside))}(long n) {{
     return now() - t;
 }}
 """
+
+
+def is_256(companion: str | None) -> bool:
+    """Whether a companion is one of the 256-bit ones (on the multiply's own register)."""
+    return bool(companion) and companion.startswith("ymm-")
 
 
 def pair_name(name: str, beside: str | None) -> str:
@@ -131,8 +163,8 @@ def build_probe(names: list[str], where: Path, companions: list[str] = ()) -> Pa
         sys.exit("multiply_rate: needs gcc to build its probe")
     source, binary = where / "probe.c", where / "probe"
     source.write_text(probe_source(names, companions))
-    # the companions' registers zmm16.. exist for the compiler's clobber list only with AVX-512 on
-    flags = ["-mavx512f"] if companions else []
+    # the 512-bit companions' registers zmm16.. exist for the compiler's clobber list only with AVX-512 on
+    flags = ["-mavx512f"] if any(not is_256(c) for c in companions) else []
     subprocess.run(["gcc", "-O1", *flags, "-o", str(binary), str(source)], check=True)
     return binary
 
@@ -170,7 +202,8 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--instructions", nargs="+", default=None, help="default: every one this CPU has")
     parser.add_argument("--beside", nargs="+", default=[],
-                        help=f"512-bit companions to run each instruction with as well (known: {list(COMPANIONS)})")
+                        help=f"companions to run each instruction with as well (known: {list(COMPANIONS)}; the "
+                             f"256-bit ones, ymm-*, beside {list(YMM_BASES)} only)")
     parser.add_argument("--cores", type=int, default=len(os.sched_getaffinity(0)))
     parser.add_argument("--rounds", type=int, default=50_000_000, help="rounds of 12 instructions a measurement")
     parser.add_argument("--out", default=None)
@@ -187,6 +220,9 @@ def main(argv: list[str] | None = None) -> None:
     if missing:
         parser.error(f"{missing} are not companions this CPU runs (it runs {have_companions}; known: "
                      f"{list(COMPANIONS)})")
+    if any(map(is_256, args.beside)) and not set(names) <= set(YMM_BASES):
+        parser.error(f"the 256-bit companions run on the multiply's own register: beside {list(YMM_BASES)} only "
+                     f"(asked beside {[n for n in names if n not in YMM_BASES]})")
     cores = sorted(os.sched_getaffinity(0))[:args.cores]
     rows = []
     with tempfile.TemporaryDirectory() as tmp:

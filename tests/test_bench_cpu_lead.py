@@ -335,6 +335,32 @@ def test_the_multiply_rate_probe_measures_companions_beside_a_multiply(multiply_
     assert shares.notna().all() and (shares > -1).all()  # a rate, not a timing to assert on
 
 
+@pytest.mark.skipif(shutil.which("gcc") is None or platform.machine() != "x86_64",
+                    reason="builds an x86 probe with gcc")
+def test_the_multiply_rate_probe_measures_256_bit_companions_on_the_multiplys_own_register(multiply_rate, tmp_path):
+    out = tmp_path / "rate.csv"
+    multiply_rate["main"](["--instructions", "ymm-vpmaddubsw", "--beside", "ymm-vpaddw", "ymm-vpmaddwd",
+                           "--rounds", "20000", "--cores", "1", "--out", str(out)])
+    frame = pd.read_csv(out, keep_default_na=False)
+    assert list(frame.beside) == ["", "ymm-vpaddw", "ymm-vpmaddwd"] and (frame.per_s > 0).all()
+    source = multiply_rate["probe_source"](["ymm-vpmaddubsw"], ["ymm-vpaddw"])
+    # each companion writes the register its multiply just wrote: no chain from one round to the next, and no
+    # register AVX2 lacks (ymm16 and up)
+    paired = [line for line in source.splitlines() if "vpaddw %%" in line]
+    assert [line.rsplit("%%", 1)[1].split("\\n")[0] for line in paired] == [f"ymm{i}" for i in range(12)]
+    assert "xmm16" not in source
+
+
+def test_the_multiply_rate_probe_refuses_256_bit_companions_beside_an_accumulating_multiply(multiply_rate, capsys,
+                                                                                             monkeypatch):
+    monkeypatch.setitem(multiply_rate["main"].__globals__, "cpu_flags",
+                        lambda: {"avx2", "avx512f", "avx512bw", "avx512_vnni"})
+    with pytest.raises(SystemExit):
+        multiply_rate["main"](["--instructions", "zmm-vpdpbusd", "--beside", "ymm-vpaddw"])
+    assert "beside ['ymm-vpmaddubsw', 'ymm-vpmaddwd'] only (asked beside ['zmm-vpdpbusd'])" in \
+        capsys.readouterr().err
+
+
 def test_the_multiply_rate_probe_refuses_a_companion_it_does_not_know(multiply_rate, capsys, monkeypatch):
     monkeypatch.setitem(multiply_rate["main"].__globals__, "cpu_flags", lambda: {"avx2", "avx512f", "avx512bw"})
     with pytest.raises(SystemExit):
@@ -375,11 +401,43 @@ def test_the_roofline_counts_a_multiply_per_64_multiply_adds_in_the_built_group_
     assert roofline["split_inputs"](19) == [8, 8, 3] and roofline["split_inputs"](8) == [8]
 
 
+@pytest.mark.slow
+@pytest.mark.skipif(not quant.available() or shutil.which("objdump") is None,
+                    reason="counts the built avx2 functions with objdump")
+def test_the_roofline_counts_a_vpmaddubsw_per_32_multiply_adds_in_the_built_avx2_functions(roofline):
+    library = quant._quant.__file__
+    family = roofline["FAMILIES"]["avx2"]
+
+    def ran(counts, mnemonic):  # with a register or a memory operand
+        return counts.get(mnemonic, 0) + counts.get(mnemonic + " (memory)", 0)
+
+    for inputs in (1, 5):
+        # a group of 16 rows: per 32 values and input one vpmaddubsw; per sub-block and input the scales' vpmaddwd
+        # (8 a block and half) and the mins' 4 a block and half
+        q4k = roofline["block_counts"](family.counted["Q4_K", "r16"], inputs, library)
+        assert [ran(q4k, "vpmaddubsw"), ran(q4k, "vpmaddwd")] == [128 * inputs, 24 * inputs]
+    for inputs in (1, 6):
+        # a row: per 32 values and input one vpmaddubsw and its scales' vpmaddwd, and the offset's one a block
+        q6k = roofline["block_counts"](family.counted["Q6_K", "rows"], inputs, library)
+        assert [ran(q6k, "vpmaddubsw"), ran(q6k, "vpmaddwd")] == [8 * inputs, 9 * inputs]
+    assert family.counted["Q4_K", "r16"].split_inputs(12) == [7, 5]  # R16_K_AVX2_INPUTS a call
+    assert family.counted["Q6_K", "rows"].split_inputs(13) == [6, 6, 1]  # Q6K_AVX2_ROW_GROUP
+    # the unit is vpmaddubsw itself; the rest weighed by the 256-bit companions measured beside it
+    total, unweighed = roofline["slots"]({"vpmaddubsw (memory)": 8, "vpmaddwd": 9, "vpaddd": 8, "vmovdqu (memory)": 7,
+                                          "vpbroadcastd (memory)": 2, "cmp": 5, "vfoo": 1},
+                                         {"ymm-vpmaddwd": 1.0, "ymm-vpaddd": 0.25, "ymm-vpbroadcastd-load": 0.5},
+                                         family)
+    assert total == 8 + 9 + 2 + 1 and unweighed == ["vfoo"]
+    assert roofline["family_for"]({"avx2", "fma", "f16c"}) is family
+    assert roofline["family_for"]({"avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512_vnni"}).kernel == \
+        "avx512-vnni"
+
+
+@pytest.mark.slow
 @needs_product
 def test_the_roofline_writes_its_floors_per_pass_size(roofline, files, tmp_path):
-    if not {"avx512f", "avx512bw", "avx512_vnni"} <= set(open("/proc/cpuinfo").read().split()) or \
-            shutil.which("objdump") is None:
-        pytest.skip("counts the built 512-bit group functions with objdump")
+    if shutil.which("objdump") is None:
+        pytest.skip("counts the built functions with objdump")
     out = tmp_path / "roofline.csv"
     roofline["main"](["--gguf", str(files["target"]), "--m", "1", "2", "9", "--repeats", "1", "--rounds", "2000",
                       "--pairs", "1", "--threads", "1", "--out", str(out)])
