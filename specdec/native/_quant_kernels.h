@@ -519,8 +519,7 @@ TARGET static inline __m256i dot_s8(__m256i w, __m256i x) {
 }
 
 /* _mm256_shuffle_epi8 masks that broadcast 16-bit lane j of each 128-bit half to all its lanes (a sub-block's scale
- * for madd): read from memory as the shuffle's operand, which costs no instruction of its own. SPLIT0 spreads int8
- * bytes 0 and 1 to eight bytes each; +2 per byte moves it to bytes 2t and 2t + 1 (a Q6_K piece's two scales). */
+ * for madd): read from memory as the shuffle's operand, which costs no instruction of its own. */
 static const uint8_t PAIR[8][32] __attribute__((aligned(32))) = {
     {0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1},
     {2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3},
@@ -530,7 +529,28 @@ static const uint8_t PAIR[8][32] __attribute__((aligned(32))) = {
     {10, 11, 10, 11, 10, 11, 10, 11, 10, 11, 10, 11, 10, 11, 10, 11, 10, 11, 10, 11, 10, 11, 10, 11, 10, 11, 10, 11, 10, 11, 10, 11},
     {12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 12, 13},
     {14, 15, 14, 15, 14, 15, 14, 15, 14, 15, 14, 15, 14, 15, 14, 15, 14, 15, 14, 15, 14, 15, 14, 15, 14, 15, 14, 15, 14, 15, 14, 15}};
-#define SPLIT0 _mm_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1)
+/* _mm256_shuffle_epi8 masks for a Q6_K piece t's two scales (int8 bytes 2t and 2t + 1 of the block's 16, the same 16
+ * in both halves) as int16: byte 2t (2t + 1 in the upper half) into the high byte of each 16-bit lane, 128 (zero)
+ * into the low one, then an arithmetic shift right by 8. A shuffle and a shift cost no multiply slot on the AMD EPYC
+ * Zen 3, where the former vpmovsxbw widening took 1.9 of one (bench/multiply_rate.py --beside; experiments/cpu-lead,
+ * twenty-first run). The same int16 scales: the same bits. */
+static const uint8_t Q6K_PIECE_SCALES[8][32] __attribute__((aligned(32))) = {
+    {128, 0, 128, 0, 128, 0, 128, 0, 128, 0, 128, 0, 128, 0, 128, 0,
+     128, 1, 128, 1, 128, 1, 128, 1, 128, 1, 128, 1, 128, 1, 128, 1},
+    {128, 2, 128, 2, 128, 2, 128, 2, 128, 2, 128, 2, 128, 2, 128, 2,
+     128, 3, 128, 3, 128, 3, 128, 3, 128, 3, 128, 3, 128, 3, 128, 3},
+    {128, 4, 128, 4, 128, 4, 128, 4, 128, 4, 128, 4, 128, 4, 128, 4,
+     128, 5, 128, 5, 128, 5, 128, 5, 128, 5, 128, 5, 128, 5, 128, 5},
+    {128, 6, 128, 6, 128, 6, 128, 6, 128, 6, 128, 6, 128, 6, 128, 6,
+     128, 7, 128, 7, 128, 7, 128, 7, 128, 7, 128, 7, 128, 7, 128, 7},
+    {128, 8, 128, 8, 128, 8, 128, 8, 128, 8, 128, 8, 128, 8, 128, 8,
+     128, 9, 128, 9, 128, 9, 128, 9, 128, 9, 128, 9, 128, 9, 128, 9},
+    {128, 10, 128, 10, 128, 10, 128, 10, 128, 10, 128, 10, 128, 10, 128, 10,
+     128, 11, 128, 11, 128, 11, 128, 11, 128, 11, 128, 11, 128, 11, 128, 11},
+    {128, 12, 128, 12, 128, 12, 128, 12, 128, 12, 128, 12, 128, 12, 128, 12,
+     128, 13, 128, 13, 128, 13, 128, 13, 128, 13, 128, 13, 128, 13, 128, 13},
+    {128, 14, 128, 14, 128, 14, 128, 14, 128, 14, 128, 14, 128, 14, 128, 14,
+     128, 15, 128, 15, 128, 15, 128, 15, 128, 15, 128, 15, 128, 15, 128, 15}};
 
 /* A Q4_K block's eight 6-bit scales and eight 6-bit mins as 16 int16 lanes (scales 0-7, mins 8-15): the 12 packed
  * bytes rearranged as four 32-bit words (the layout of q4k_scale_min, four lanes at a time). */

@@ -53,7 +53,7 @@ ROW_ISA static inline __attribute__((always_inline)) void ROW_NAME(row_q6_k)(con
         const __m128i scales8 = _mm_loadu_si128((const __m128i *)(w + 192));
         const float d = half(w + 208);
         const __m256i scale16 = _mm256_cvtepi8_epi16(scales8);
-        __m128i pick = SPLIT0;
+        const __m256i scales_twice = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(w + 192)));
         const __m256i scale_minus32 = q6k_scales_minus32(scale16);
         __m256i sums[ROW_GROUP];
         for (int i = 0; i < nx; i++) sums[i] = q6k_offset(&x[i][b], scale_minus32);
@@ -71,8 +71,8 @@ ROW_ISA static inline __attribute__((always_inline)) void ROW_NAME(row_q6_k)(con
                                        _mm256_and_si256(_mm256_srli_epi16(hb, 2), top2));
             for (int s = 0; s < 4; s++) {
                 const int t = 4 * h + s; /* values 32t .. 32t + 31: scales 2t and 2t + 1 */
-                const __m256i scale = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(scales8, pick));
-                pick = _mm_add_epi8(pick, _mm_set1_epi8(2));
+                const __m256i scale = _mm256_srai_epi16(
+                    _mm256_shuffle_epi8(scales_twice, _mm256_load_si256((const __m256i *)Q6K_PIECE_SCALES[t])), 8);
                 for (int i = 0; i < nx; i++) {
                     const __m256i p = _mm256_maddubs_epi16(piece[s], _mm256_loadu_si256((const __m256i *)(x[i][b].q + 32 * t)));
                     sums[i] = ROW_MADD(sums[i], p, scale);
