@@ -83,6 +83,8 @@ COMPANIONS = {
     "ymm-vpmulld": ({"avx2"}, "vpmulld %%ymm14, %%ymm15, %%ymm{j}"),
     "ymm-vpmovsxbw": ({"avx2"}, "vpmovsxbw %%xmm15, %%ymm{j}"),
     "ymm-vpmovzxbd": ({"avx2"}, "vpmovzxbd %%xmm15, %%ymm{j}"),
+    "ymm-vpmovsxbw-load": ({"avx2"}, "vpmovsxbw (%1), %%ymm{j}"),  # the widening straight from memory
+    "ymm-vpmovzxbd-load": ({"avx2"}, "vpmovzxbd (%1), %%ymm{j}"),
     "ymm-vcvtph2ps": ({"avx2", "f16c"}, "vcvtph2ps %%xmm15, %%ymm{j}"),
     "ymm-vcvtdq2ps": ({"avx2"}, "vcvtdq2ps %%ymm15, %%ymm{j}"),
     "ymm-vfmadd231ps": ({"avx2", "fma"}, "vfmadd231ps %%ymm14, %%ymm15, %%ymm{j}"),

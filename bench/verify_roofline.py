@@ -302,7 +302,10 @@ def weight_of(key: str, family: Family = FAMILIES["avx512-vnni"]) -> str | None:
         return family.weighed_as[mnemonic] if mnemonic in family.weighed_as and not memory else ""
     if not mnemonic.startswith("v") and not mnemonic.startswith("k"):
         return ""  # scalar: address arithmetic, loop control
-    return family.weighed_as.get(mnemonic)
+    weight = family.weighed_as.get(mnemonic)
+    if ymm and memory and mnemonic.startswith("vpmov") and weight:  # a widening load: cheaper than from a register
+        return weight + "-load"
+    return weight
 
 
 def slots(counts: dict[str, float], shares: dict[str, float],

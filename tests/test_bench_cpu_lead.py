@@ -424,10 +424,12 @@ def test_the_roofline_counts_a_vpmaddubsw_per_32_multiply_adds_in_the_built_avx2
     assert family.counted["Q6_K", "rows"].split_inputs(13) == [6, 6, 1]  # Q6K_AVX2_ROW_GROUP
     # the unit is vpmaddubsw itself; the rest weighed by the 256-bit companions measured beside it
     total, unweighed = roofline["slots"]({"vpmaddubsw (memory)": 8, "vpmaddwd": 9, "vpaddd": 8, "vmovdqu (memory)": 7,
-                                          "vpbroadcastd (memory)": 2, "cmp": 5, "vfoo": 1},
-                                         {"ymm-vpmaddwd": 1.0, "ymm-vpaddd": 0.25, "ymm-vpbroadcastd-load": 0.5},
-                                         family)
-    assert total == 8 + 9 + 2 + 1 and unweighed == ["vfoo"]
+                                          "vpbroadcastd (memory)": 2, "vpmovzxbd (memory)": 2, "vpmovzxbd": 1,
+                                          "cmp": 5, "vfoo": 1},
+                                         {"ymm-vpmaddwd": 1.0, "ymm-vpaddd": 0.25, "ymm-vpbroadcastd-load": 0.5,
+                                          "ymm-vpmovzxbd-load": 0.5, "ymm-vpmovzxbd": 2.0}, family)
+    # a widening from memory weighs as the measured widening load, from a register as the register form
+    assert total == 8 + 9 + 2 + 1 + 1 + 2 and unweighed == ["vfoo"]
     assert roofline["family_for"]({"avx2", "fma", "f16c"}) is family
     assert roofline["family_for"]({"avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512_vnni"}).kernel == \
         "avx512-vnni"
