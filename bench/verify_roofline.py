@@ -67,8 +67,8 @@ class Counted:
     """How one quant type's products are counted in a family: the function for n inputs (`name` with {n}), the rows
     a call's block spans (16: a group function, 1: a row function), the most inputs one call takes, the instruction
     whose count per block and input is the block's multiply-adds / `macs_per_core` (the check on the count), the
-    bytes of one block of those rows, and the blocks a count is averaged over (Q4_K's rows flush their integers
-    once every eight blocks)."""
+    bytes of one block of those rows, the blocks a count is averaged over (Q4_K's rows flush their integers once
+    every eight blocks), and the values a row holds in a block."""
 
     name: str
     rows: int
@@ -77,9 +77,10 @@ class Counted:
     macs_per_core: int
     block_bytes: int
     span: int = 1
+    values: int = 256
 
     def expected_core(self, inputs: int) -> int:
-        return inputs * BLOCK_VALUES["Q4_K"] * self.rows // self.macs_per_core
+        return inputs * self.values * self.rows // self.macs_per_core
 
     def split_inputs(self, m: int) -> list[int]:
         """The calls a product over m inputs makes: most_inputs at a time, the rest last."""
@@ -265,7 +266,7 @@ def block_counts(counted: Counted, inputs: int, library: str) -> dict[str, float
         rows = (ctypes.c_void_p * inputs)(*[ctypes.addressof(a) for a in acts])
         out = ctypes.create_string_buffer(4 * 16 * inputs)
         if counted.rows == 1:  # a row: its values, and (for the prefetches) bytes far past its end
-            size_arg, room = BLOCK_VALUES["Q4_K"] * blocks, counted.block_bytes * (blocks + 1000)
+            size_arg, room = counted.values * blocks, counted.block_bytes * (blocks + 1000)
         else:
             size_arg, room = blocks, blocks + 1000
         counts: dict[str, int] = {}
