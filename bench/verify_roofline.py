@@ -57,7 +57,7 @@ from specdec.gguf.quant import QuantMatrix
 from specdec.study.cost.profiling import memory_bandwidth
 from specdec.study.io import write_csv
 
-BLOCK_VALUES = {"Q4_K": 256, "Q6_K": 256}  # values a block holds per row (the functions counted here)
+COUNTED_TYPES = ("Q4_K", "Q6_K")  # the quant types whose functions are counted (a row's block: Counted.values)
 HOT_BYTES = 12 * 2**20  # the most weight bytes of an in-cache product: well inside a 32 MB last-level cache
 HOT_CALLS = 8
 
@@ -102,6 +102,11 @@ class Family:
     fma: str
     fma_factor: float
     counted: dict  # (qtype, layout) -> Counted
+
+    @property
+    def ymm(self) -> bool:
+        """Whether its unit is a 256-bit multiply (its companions multiply_rate's ymm-* ones)."""
+        return multiply_rate.is_256(self.unit)
 
 
 # Mnemonics weighed as the companion bench/multiply_rate.py measured (the same unit, the same form, or a sibling)
@@ -220,13 +225,16 @@ def executed(address: int, size: int, call) -> list[int]:
             raise OSError(ctypes.get_errno(), f"verify_roofline: ptrace request {request} on the child failed")
         return value & 0xFFFFFFFFFFFFFFFF
 
-    def wait_stopped() -> None:
+    def wait_stopped(expected: int = signal.SIGTRAP) -> None:
         _, status = os.waitpid(pid, 0)
         if not os.WIFSTOPPED(status):
             raise RuntimeError("verify_roofline: the child ended before its call returned")
+        if os.WSTOPSIG(status) != expected:  # stepped again without it, a faulting instruction would fault forever
+            raise RuntimeError(f"verify_roofline: the child stopped on {signal.Signals(os.WSTOPSIG(status)).name} "
+                               "in the counted call (an instruction this CPU lacks?)")
 
     try:
-        wait_stopped()  # its SIGSTOP
+        wait_stopped(signal.SIGSTOP)
         word = ptrace(PTRACE_PEEKTEXT, address)
         ptrace(PTRACE_POKETEXT, address, (word & ~0xFF) | 0xCC)  # int3 on the first instruction
         ptrace(PTRACE_CONT)
@@ -290,13 +298,12 @@ def weight_of(key: str, family: Family = FAMILIES["avx512-vnni"]) -> str | None:
     operand is in memory); "" for none taken (loads, stores, prefetches, scalar work); None where nothing measured
     stands for it. The family's unit multiply (vpdpbusd, or vpmaddubsw on avx2) is the unit itself."""
     mnemonic, memory = key.removesuffix(MEMORY), key.endswith(MEMORY)
-    ymm = family.unit.startswith("ymm-")
     if mnemonic == family.unit_mnemonic:
         return family.unit_mnemonic
     if FMA.match(mnemonic):
         return family.fma
     if mnemonic in ("vpbroadcastd", "vbroadcastss", "vbroadcasti32x4", "vpbroadcastq", "vbroadcasti128"):
-        if ymm:
+        if family.ymm:
             return "ymm-vpbroadcastd-load" if memory else "ymm-vpshufb"
         return "vpbroadcastd-load" if memory else "vpshufb"
     if MOVES.match(mnemonic):
@@ -304,8 +311,8 @@ def weight_of(key: str, family: Family = FAMILIES["avx512-vnni"]) -> str | None:
     if not mnemonic.startswith("v") and not mnemonic.startswith("k"):
         return ""  # scalar: address arithmetic, loop control
     weight = family.weighed_as.get(mnemonic)
-    if ymm and memory and mnemonic.startswith("vpmov") and weight:  # a widening load: cheaper than from a register
-        return weight + "-load"
+    if family.ymm and memory and mnemonic.startswith("vpmov") and weight:
+        return weight + "-load"  # a widening load: cheaper than the widening from a register
     return weight
 
 
@@ -323,11 +330,6 @@ def slots(counts: dict[str, float], shares: dict[str, float],
         elif key:
             total += count * max(shares.get(key, 0.0), 0.0)
     return total, sorted(unweighed)
-
-
-def split_inputs(m: int) -> list[int]:
-    """The passes a 512-bit group function makes over m inputs: 8 (R16_K_INPUTS) at a time, the rest last."""
-    return FAMILIES["avx512-vnni"].counted["Q4_K", "r16"].split_inputs(m)
 
 
 def verify_macs(path: str, parts: tuple[str, ...] = ("layers", "head")) -> dict[str, int]:
@@ -349,9 +351,8 @@ def measure_shares(rounds: int, pairs: int, family: Family = FAMILIES["avx512-vn
     """The family's unit multiply's best rate a core (every core at once) and each companion's share of its slot,
     measured now (multiply_rate.best_of_pairs): the 512-bit companions beside zmm vpdpbusd, the 256-bit ones beside
     ymm vpmaddubsw."""
-    ymm = family.unit.startswith("ymm-")
     companions = [c for c in multiply_rate.runnable_companions(multiply_rate.cpu_flags())
-                  if multiply_rate.is_256(c) == ymm]
+                  if multiply_rate.is_256(c) == family.ymm]
     cores = sorted(os.sched_getaffinity(0))
     with tempfile.TemporaryDirectory() as tmp:
         binary = multiply_rate.build_probe([family.unit], Path(tmp), companions)
@@ -418,8 +419,8 @@ def main(argv: list[str] | None = None) -> None:
     family = family_for(multiply_rate.cpu_flags())
     torch.set_num_threads(args.threads)
     library = quant._quant.__file__
-    macs = verify_macs(args.gguf)
-    unsupported = sorted(set(macs) - set(BLOCK_VALUES))
+    parts = {"layers": verify_macs(args.gguf, ("layers",)), "head": verify_macs(args.gguf, ("head",))}
+    unsupported = sorted({q for macs_of in parts.values() for q in macs_of} - set(COUNTED_TYPES))
     if unsupported:
         sys.exit(f"verify_roofline: counts Q4_K and Q6_K products; {args.gguf} also has {unsupported}")
     session = LeanLM(args.gguf)
@@ -427,7 +428,6 @@ def main(argv: list[str] | None = None) -> None:
     # each part (the layers' matrices, the head) and type in the layout its verify passes run (the plan's second
     # copy where it keeps one: class "Q4_K", "Q6_K" or "head"); the 512-bit family counts the group functions, as
     # the AVX-512 kernels run them
-    parts = {"layers": verify_macs(args.gguf, ("layers",)), "head": verify_macs(args.gguf, ("head",))}
 
     def layout(part: str, qtype: str) -> str:
         cls = "head" if part == "head" else qtype
@@ -453,7 +453,7 @@ def main(argv: list[str] | None = None) -> None:
             weighed = {k: v for k, v in sorted(counts.items(), key=lambda kv: -kv[1])
                        if (w := weight_of(k, family)) and (w == family.unit_mnemonic or shares.get(w, 0) > 0.05)}
             print(f"{c.name.format(n=n)}: {per_block[c.name, n]:.1f} slots a block of {c.rows} x "
-                  f"{BLOCK_VALUES[qtype]} ({per_block[c.name, n] / n:.1f} an input; {c.expected_core(1)} would be "
+                  f"{c.values} ({per_block[c.name, n] / n:.1f} an input; {c.expected_core(1)} would be "
                   f"one slot per {c.macs_per_core} multiply-adds): "
                   + ", ".join(f"{k} {v:g}" for k, v in weighed.items())
                   + (f"; not weighed: {unweighed}" if unweighed else ""), flush=True)
@@ -469,7 +469,7 @@ def main(argv: list[str] | None = None) -> None:
         slots_total = 0.0
         for (part, q), c in counted.items():
             rows = head_rows(m) if part == "head" else m
-            slots_total += parts[part][q] / (c.rows * BLOCK_VALUES[q]) * sum(per_block[c.name, n]
+            slots_total += parts[part][q] / (c.rows * c.values) * sum(per_block[c.name, n]
                                                                              for n in c.split_inputs(rows))
         return slots_total / (rate * args.threads)
 
@@ -489,7 +489,7 @@ def main(argv: list[str] | None = None) -> None:
         if matrix is None:
             continue
         seconds = time_hot(matrix, args.m, args.repeats, family.kernel)
-        blocks = matrix.out_features // c.rows * (matrix.in_features // BLOCK_VALUES[qtype])
+        blocks = matrix.out_features // c.rows * (matrix.in_features // c.values)
         for m in args.m:
             floor = blocks * sum(per_block[c.name, n] for n in c.split_inputs(m)) / (rate * args.threads)
             hot_rows.append({"qtype": qtype, "m": m, "seconds": seconds[m], "slots_floor_s": floor})

@@ -383,9 +383,10 @@ def roofline():
                     reason="counts the built 512-bit group functions with objdump")
 def test_the_roofline_counts_a_multiply_per_64_multiply_adds_in_the_built_group_functions(roofline):
     library = quant._quant.__file__
+    family = roofline["FAMILIES"]["avx512-vnni"]
     for inputs in (1, 2, 5, 8):
-        q4k = roofline["block_counts"]("Q4_K", inputs, library)
-        q6k = roofline["block_counts"]("Q6_K", inputs, library)
+        q4k = roofline["block_counts"](family.counted["Q4_K", "r16"], inputs, library)
+        q6k = roofline["block_counts"](family.counted["Q6_K", "r16"], inputs, library)
         # single-stepped, one block's: Q4_K a scale multiply per 32 values and input, its mins on four vpdpwssd;
         # Q6_K a vpmaddubsw and a vpdpwssd (its scale) per 64, and the offsets' 8 vpdpwssd
         def ran(counts, mnemonic):  # with a register or a memory operand
@@ -398,7 +399,17 @@ def test_the_roofline_counts_a_multiply_per_64_multiply_adds_in_the_built_group_
               "vmovdqa32 (memory)": 10, "add": 9, "vfoo": 1}
     total, unweighed = roofline["slots"](counts, {"vpmulld": 1.0, "vpandd": 0.25, "vmovdqa32": 0.5})
     assert total == 64 + 8 + 8 + 2 and unweighed == ["vfoo"]  # loads, stores and scalar work take no slot
-    assert roofline["split_inputs"](19) == [8, 8, 3] and roofline["split_inputs"](8) == [8]
+    group = roofline["FAMILIES"]["avx512-vnni"].counted["Q4_K", "r16"]  # R16_K_INPUTS a call
+    assert group.split_inputs(19) == [8, 8, 3] and group.split_inputs(8) == [8]
+
+
+@pytest.mark.skipif(not quant.available() or shutil.which("objdump") is None or {"avx512f", "avx512_vnni"} <= set(
+    open("/proc/cpuinfo").read().split()), reason="needs a built 512-bit function this CPU cannot run, and objdump")
+def test_the_roofline_stops_with_a_clear_error_on_an_instruction_the_cpu_lacks(roofline):
+    # single-stepped, a faulting instruction would fault again at every step: the count must end, saying why
+    with pytest.raises(RuntimeError, match="stopped on SIGILL in the counted call"):
+        roofline["block_counts"](roofline["FAMILIES"]["avx512-vnni"].counted["Q4_K", "r16"], 1,
+                                 quant._quant.__file__)
 
 
 @pytest.mark.slow
