@@ -217,15 +217,6 @@ def _memoised_pair(k_tokens=3, draft_dtype=torch.float32):
     return MemoisedPair(target, draft, torch.tensor([[7, 300, 12, 45]]), SamplingConfig(1.0, top_k=5), k_tokens)
 
 
-@pytest.mark.parametrize("kind", ["model", "hybrid"])
-def test_a_draft_with_a_prompt_window_is_refused_by_the_check_with_why(kind):
-    target = tiny_qwen2(vocab_size=64, hidden_size=16, seed=5)
-    draft = perturbed_copy(target, noise=0.1, seed=6)
-    with pytest.raises(ValueError, match="reads only its last 2 tokens"):
-        MemoisedPair(target, draft, torch.tensor([[7, 30, 12, 45]]), SamplingConfig(1.0, top_k=5), 2,
-                     draft_spec={"kind": kind, "model": "draft", "prompt_window": 2})
-
-
 @pytest.mark.slow  # the study's check machinery on a tiny pair; the rule's own chi-square tests stay in the fast tier
 @pytest.mark.parametrize("draft_dtype", [torch.float32, pytest.param(torch.bfloat16, marks=pytest.mark.extended)],
                          ids=["fp32-draft", "bf16-draft"])  # bf16: the same machinery again, in the extended runs
@@ -325,6 +316,9 @@ DRAFT_SPECS = {
     # lookup's blocks to k, the model's to one token, its prompt pass eager
     "hybrid-model-k": {"kind": "hybrid", "model": "d", "ngram_max": 2, "model_k": 1, "defer_prefill": False},
     "lookup": {"kind": "prompt_lookup"},
+    # a model draft that reads only the prompt's last 3 of its 13 tokens (prompt_window), alone and in a hybrid
+    "windowed": {"kind": "model", "model": "d", "prompt_window": 3},
+    "hybrid-windowed": {"kind": "hybrid", "model": "d", "ngram_max": 2, "prompt_window": 3},
     # a feature head (its q depends on where its block began: laws and samples by block state, MemoisedHeadDraft)
     # drafting 11 of the 16 tokens, alone and behind prompt lookup
     "head": {"kind": "feature_head"},
@@ -504,6 +498,24 @@ def test_wrong_sampler_law_matches_the_wrong_sampler(sampler):
     assert fit.impossible == 0 and fit.p_value > LAW_THRESHOLD
     assert chi_square_gof(samples, pair.exact).p_value < LAW_THRESHOLD
     assert chi_square_gof(samples, pair.laws(1).by_sampler[sampler]).p_value < LAW_THRESHOLD
+
+
+@pytest.mark.parametrize("spec_name", ["windowed", "hybrid-windowed"])
+def test_a_windowed_drafts_law_is_of_its_window_and_matches_the_loop(spec_name):
+    """A draft with a prompt_window: the check computes its law from the prompt's last tokens, as the draft reads
+    them. A wrong sampler's samples through the real loop fit that law and reject the law of the same draft over the
+    whole prompt (the window changes the law: this comparison can fail); the exact rule's law is the target's."""
+    pair, whole = _law_pair(spec_name), _law_pair(spec_name.replace("windowed", "model").replace("-model", ""))
+    assert pair.draft_prompt == pair.prompt[-3:] and whole.draft_prompt == pair.prompt
+    wrong = STUDY_WRONG_SAMPLERS[0].name
+    law, whole_law = pair.laws(2).by_sampler[wrong], whole.laws(2).by_sampler[wrong]
+    assert total_variation(pair.laws(2).by_sampler[EXACT.name], pair.exact) < 1e-12
+    samples = pair.samples(2, MC_SAMPLES, seed=5, rejection_rule=SAMPLERS[wrong])
+    fit, against_whole = chi_square_gof(samples, law), chi_square_gof(samples, whole_law)
+    print(f"{spec_name}: TV to the whole prompt's law {total_variation(law, whole_law):.3f}; chi2 {fit.chi2:.1f}/"
+          f"{fit.dof} p {fit.p_value:.3f}; against the whole prompt's law p {against_whole.p_value:.3g}")
+    assert fit.impossible == 0 and fit.p_value > ALPHA
+    assert against_whole.p_value < ALPHA
 
 
 @pytest.mark.slow  # the model draft's in the full suite; the hybrid's and lookup's in the extended runs

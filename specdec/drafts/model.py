@@ -13,6 +13,11 @@ from ..sampling import SamplingConfig, argmax, sample_from, warp_logits
 from .base import Proposal
 
 
+def prompt_window_start(prompt_length: int, prompt_window: int | None) -> int:
+    """The first prompt token a draft with this prompt_window reads (0: the whole prompt)."""
+    return 0 if prompt_window is None else max(0, prompt_length - prompt_window)
+
+
 class ModelDraft:
     """A smaller causal LM as the draft (a separate model, a truncated model or the target's own first layers)."""
 
@@ -50,7 +55,7 @@ class ModelDraft:
         and every token generated before it in one call (for a proposer that may never need this draft)."""
         start = time.perf_counter()
         self.session.reset()
-        self.skipped = 0 if self.prompt_window is None else max(0, len(prompt) - self.prompt_window)
+        self.skipped = prompt_window_start(len(prompt), self.prompt_window)
         if not lazy:
             # The whole prompt (or its window), so that the first block only has the target's first token to catch
             # up on.

@@ -23,6 +23,7 @@ from specdec.decode import generate_speculative
 from specdec.drafts import DraftResources, HybridDraft, ModelDraft, PromptLookupDraft, get_kind
 from specdec.drafts.base import Proposal
 from specdec.drafts.feature_head import FeatureHeadDraft
+from specdec.drafts.model import prompt_window_start
 from specdec.drafts import hybrid as hybrid_draft  # likewise: the hybrid's policy, looked up at every call
 from specdec.eos import cut_after_eos
 from specdec.lm import PrefixMemoLM
@@ -133,19 +134,15 @@ class DraftLaw(Protocol):
 class ModelDraftLaw:
     """ModelDraft: token i + 1 drawn from the warped draft distribution after the block's context and its first i
     tokens; the block stops at the budget, after an EOS, or (min_confidence) after a token whose probability under
-    the distribution it was drawn from is below the threshold."""
+    the distribution it was drawn from is below the threshold. A draft with a prompt_window reads the context from
+    its `skipped`-th token on, as set by its prefill (MemoisedPair prefills the law's proposer, as the loop does)."""
 
     def __init__(self, proposer: ModelDraft, sampling: SamplingConfig):
         session = proposer.session
-        if proposer.prompt_window is not None:  # its q is of the prompt's last tokens: not computed here
-            raise ValueError(f"the distribution check computes a model draft's law over the whole prompt, and this "
-                             f"one reads only its last {proposer.prompt_window} tokens (prompt_window): check the "
-                             f"draft without the window (the window changes what the draft conditions on, not the "
-                             f"rule)")
         if not hasattr(session, "next_token_logits"):
             raise TypeError(f"{type(proposer).__name__}: the distribution check needs the draft's logits by prefix "
                             f"(a PrefixMemoLM session), not a {type(session).__name__}")
-        self.session, self.sampling = session, sampling
+        self.proposer, self.session, self.sampling = proposer, session, sampling
         self.min_confidence, self.eos_token_ids = proposer.min_confidence, proposer.eos_token_ids
         self._warped: dict[tuple[int, ...], torch.Tensor] = {}
         self._q: dict[tuple[int, ...], Dist] = {}
@@ -163,6 +160,7 @@ class ModelDraftLaw:
     def next(self, context, drafted, budget):
         if len(drafted) >= budget:
             return None
+        context = context[self.proposer.skipped:]  # what the draft reads (its prompt window)
         if drafted:
             last = drafted[-1]
             if last in self.eos_token_ids:
@@ -430,12 +428,17 @@ class MemoisedPair:
             self.heads = memoised_heads(self.kind.build(spec, DraftResources(
                 target=target_model, vocab_size=self.target.vocab_size, eos_token_ids=self.target.eos_token_ids,
                 draft_model=lambda: draft_model)), len(self.prompt), length)
+        # A model draft with a prompt_window reads the prompt from this token on (its memo's prompt: the window).
+        self.draft_prompt = self.prompt[prompt_window_start(len(self.prompt), spec.get("prompt_window")):]
         self.draft = None if draft_model is None or self.kind.model is None or self.heads is not None else \
             PrefixMemoLM(draft_model, eos_token_ids=self.target.eos_token_ids, exact_depth=length - 1,
-                         prompt_length=len(self.prompt))
+                         prompt_length=len(self.draft_prompt))
         self.exact = exact_first_tokens(self.target, self.prompt, sampling, length)
-        # The proposer over the full-vocabulary memos: what the laws are computed from.
-        self.law = draft_law(self.heads or self._proposer(self.target, self.draft), sampling)
+        # The proposer over the full-vocabulary memos, prefilled as the loop prefills it (which sets a windowed
+        # draft's start): what the laws are computed from.
+        proposer = self.heads or self._proposer(self.target, self.draft)
+        proposer.prefill(self.prompt)
+        self.law = draft_law(proposer, sampling)
         self._p: dict[tuple[int, ...], Dist] = {}
         self._laws: dict[int, Laws] = {}
         self._sessions: dict[int, tuple] = {}
@@ -501,7 +504,7 @@ class MemoisedPair:
                 prefixes.add(generated)
                 kept.update(p)
                 if self.draft is not None:
-                    kept.update(torch.nonzero(warp_logits(self.draft.next_token_logits(self.prompt + generated),
+                    kept.update(torch.nonzero(warp_logits(self.draft.next_token_logits(self.draft_prompt + generated),
                                                           self.sampling)).flatten().tolist())
             return p
 
@@ -549,8 +552,9 @@ class MemoisedPair:
             laws = self.laws(k)
             keys = [self.prompt + prefix for prefix in laws.prefixes]
             target = SubVocabularySession(self.target.restricted(laws.kept, keys), laws.kept)
+            draft_keys = [self.draft_prompt + prefix for prefix in laws.prefixes]
             draft = None if self.draft is None else \
-                SubVocabularySession(self.draft.restricted(laws.kept, keys), laws.kept)
+                SubVocabularySession(self.draft.restricted(laws.kept, draft_keys), laws.kept)
             index = {token: i for i, token in enumerate(laws.kept)}
             input_ids = torch.tensor([[index[token] for token in self.prompt]])
             self._sessions[k] = (target, draft, input_ids, laws.kept)
