@@ -3,8 +3,11 @@ cache) per product kernel, next to llama.cpp's prompt processing (`llama-bench -
 threads, interleaved round by round (each round runs every engine once, in rotating order).
 
     python bench/prompt_pass.py [--gguf resources/gguf/qwen2.5-coder-1.5b-instruct.gguf] [--n 512] [--rounds 5]
-                                [--llamacpp resources/llamacpp/0.3.36] [--no-repack] [--kernels avx512-vnni amx]
+                                [--llamacpp resources/llamacpp/0.3.36] [--no-repack] [--kernels plan avx512-vnni amx]
                                 [--out prompt_pass.csv]
+
+`--kernels plan` times the pass on the kernel the file's plan gives a prompt (specdec/gguf/kernel_plan.py: its prompt
+kernel, else its step kernel), as a user's prompt runs; the others force that kernel.
 
 The tokens are random ids (a pass's cost does not depend on the values). Prints tokens per second per engine
 (median and range over rounds) and our rate over llama.cpp's with a bootstrap interval over rounds; --out writes one
@@ -13,7 +16,7 @@ row per engine and round (CSV, atomically). Run it alone on the machine."""
 from __future__ import annotations
 
 import argparse
-import os
+import contextlib
 import time
 from pathlib import Path
 
@@ -36,10 +39,14 @@ def llama_bench_command(bin_dir: Path, gguf: str, n: int, threads: int, repack: 
             "-o", "jsonl", *([] if repack else ["--repack", "0"])]
 
 
+PLAN = "plan"  # the kernel the model's plan runs a prompt on, unforced
+
+
 def ours(session: LeanLM, tokens: list[int], kernel: str) -> float:
-    """Seconds of one prompt pass (the logits of the last position, as decoding asks for), from an empty cache."""
+    """Seconds of one prompt pass (the logits of the last position, as decoding asks for), from an empty cache, on
+    `kernel` (PLAN: the session's own choice)."""
     session.reset()
-    with quant.use_kernel(kernel):
+    with contextlib.nullcontext() if kernel == PLAN else quant.use_kernel(kernel):
         start = time.perf_counter()
         session.extend(tokens, 1)
         return time.perf_counter() - start
@@ -52,7 +59,8 @@ def main(argv=None) -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--kernels", nargs="+", default=None,
-                        help="our product kernels to time (default: every one this CPU runs)")
+                        help="our product kernels to time, 'plan' for the file's plan's (default: every one this CPU "
+                             "runs)")
     parser.add_argument("--llamacpp", default=None, help="llama.cpp build directory (its bin/llama-bench); none: ours only")
     parser.add_argument("--no-repack", action="store_true",
                         help="llama.cpp with its weight repacking off (an Intel Xeon with AMX: its repacked weights crash)")
@@ -62,7 +70,7 @@ def main(argv=None) -> None:
         parser.error("--n and --rounds must be positive")
     torch.set_num_threads(args.threads)
     kernels = args.kernels or list(quant.kernels())
-    unknown = sorted(set(kernels) - set(quant.kernels()))
+    unknown = sorted(set(kernels) - set(quant.kernels()) - {PLAN})
     if unknown:
         parser.error(f"kernels {unknown} are not product kernels this CPU runs ({', '.join(quant.kernels())})")
     session = LeanLM(args.gguf, max_length=args.n)

@@ -5,9 +5,10 @@ pass's measured time and its bandwidth floor.
     python bench/verify_roofline.py [--gguf resources/gguf/qwen2.5-coder-1.5b-instruct.gguf] [--m 1 2 3 4 5 7]
                                     [--repeats 10] [--out roofline.csv]
 
-Two kernel families (FAMILIES): with AVX512-VNNI the 512-bit group functions (the unit: zmm vpdpbusd); on a CPU
-with AVX2 alone the avx2 kernel's functions in the layout the kernel plan runs for verify passes (group functions
-for groups of 16 rows, row functions for the file's rows; the unit: ymm vpmaddubsw, its only integer multiply-add).
+Two kernel families (FAMILIES), by the kernel the model's plan runs verify passes on (KernelPlan.pass_kernel): for
+avx512-vnni and amx the 512-bit group functions (the unit: zmm vpdpbusd); for avx2 that kernel's functions in the
+layout the plan runs for verify passes (group functions for groups of 16 rows, row functions for the file's rows;
+the unit: ymm vpmaddubsw, its only integer multiply-add).
 1. Counts the instructions each function (specdec/native/_quant_groups.h and _quant_rows.h, compiled into
    specdec.native._quant: group_q4_k_r16_512_N for N inputs, row_q6_k_N, ...) runs for a block (16 rows or one x
    one quant block): a forked child calls it over one block and over 1 + span (Counted), single-stepped with ptrace,
@@ -152,13 +153,16 @@ FAMILIES = {
 }
 
 
-def family_for(flags: set[str]) -> Family:
-    """The family this CPU's verify passes run: the 512-bit group functions with AVX512-VNNI, else the avx2 kernel."""
-    if {"avx512f", "avx512bw", "avx512_vnni"} <= flags:
+def family_for(kernel: str) -> Family:
+    """The family of the product kernel a session's verify passes run on (KernelPlan.pass_kernel): the 512-bit group
+    functions for avx512-vnni and amx (whose passes of few rows run them), the avx2 kernel's functions for avx2.
+    On an Intel Xeon with AMX the plan may take avx2 for steps and another kernel for verify passes."""
+    if kernel in ("avx512-vnni", "amx"):
         return FAMILIES["avx512-vnni"]
-    if {"avx2", "fma", "f16c"} <= flags:
+    if kernel == "avx2":
         return FAMILIES["avx2"]
-    sys.exit("verify_roofline: counts the avx2 or the 512-bit kernels' functions; this CPU has neither")
+    sys.exit(f"verify_roofline: counts the avx2 or the 512-bit kernels' functions; this session's verify passes run "
+             f"{kernel}")
 FMA = re.compile(r"^vf(n?)m(add|sub)(132|213|231)ps$")
 MOVES = re.compile(r"^(vmov|vzeroupper|prefetch)")  # moves, loads, stores, prefetches
 MEMORY = " (memory)"  # an instruction's count key where an operand is in memory
@@ -416,7 +420,6 @@ def main(argv: list[str] | None = None) -> None:
         parser.error("--repeats, --rounds, --pairs and every --m must be at least 1")
     if 1 not in args.m:
         parser.error("--m must include 1: the floors are set against T(1)")
-    family = family_for(multiply_rate.cpu_flags())
     torch.set_num_threads(args.threads)
     library = quant._quant.__file__
     parts = {"layers": verify_macs(args.gguf, ("layers",)), "head": verify_macs(args.gguf, ("head",))}
@@ -425,6 +428,7 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(f"verify_roofline: counts Q4_K and Q6_K products; {args.gguf} also has {unsupported}")
     session = LeanLM(args.gguf)
     plan = session.model.plan
+    family = family_for(plan.pass_kernel(2, prompt=False))
     # each part (the layers' matrices, the head) and type in the layout its verify passes run (the plan's second
     # copy where it keeps one: class "Q4_K", "Q6_K" or "head"); the 512-bit family counts the group functions, as
     # the AVX-512 kernels run them

@@ -2,6 +2,7 @@
 bench/multiply_rate.py's probe: they run, write the rows they claim, and refuse what they cannot run (their timings
 belong to the experiment, not to a test)."""
 
+import contextlib
 import os
 import platform
 import runpy
@@ -47,6 +48,18 @@ def test_the_prompt_pass_is_timed_per_kernel_and_written_per_round(prompt_pass, 
     assert set(frame.engine) == {f"specdec:{kernel}" for kernel in quant.kernels()}
     assert len(frame) == 2 * len(quant.kernels()) and (frame.n_prompt == 40).all()
     assert (frame.tokens_per_s - 40 / frame.seconds).abs().max() < 1e-9 and (frame.seconds > 0).all()
+
+
+@needs_product
+def test_the_prompt_pass_times_the_plans_own_kernel_unforced(prompt_pass, files, tmp_path, monkeypatch):
+    """`--kernels plan` runs the pass with no kernel named, as a user's prompt runs (the session's plan decides)."""
+    forced = []
+    monkeypatch.setattr(quant, "use_kernel", lambda name: forced.append(name) or contextlib.nullcontext())
+    out = tmp_path / "pp.csv"
+    prompt_pass["main"](["--gguf", str(files["target"]), "--n", "40", "--rounds", "1", "--threads", "1",
+                         "--kernels", "plan", quant.kernels()[0], "--out", str(out)])
+    assert set(pd.read_csv(out).engine) == {"specdec:plan", f"specdec:{quant.kernels()[0]}"}
+    assert set(forced) == {quant.kernels()[0]}  # the plan's runs named none
 
 
 def test_the_prompt_pass_refuses_a_kernel_the_cpu_does_not_run(prompt_pass, files, capsys):
@@ -441,9 +454,10 @@ def test_the_roofline_counts_a_vpmaddubsw_per_32_multiply_adds_in_the_built_avx2
                                           "ymm-vpmovzxbd-load": 0.5, "ymm-vpmovzxbd": 2.0}, family)
     # a widening from memory weighs as the measured widening load, from a register as the register form
     assert total == 8 + 9 + 2 + 1 + 1 + 2 and unweighed == ["vfoo"]
-    assert roofline["family_for"]({"avx2", "fma", "f16c"}) is family
-    assert roofline["family_for"]({"avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512_vnni"}).kernel == \
-        "avx512-vnni"
+    assert roofline["family_for"]("avx2") is family
+    assert roofline["family_for"]("avx512-vnni").kernel == roofline["family_for"]("amx").kernel == "avx512-vnni"
+    with pytest.raises(SystemExit, match="run avx512-vnni-256"):
+        roofline["family_for"]("avx512-vnni-256")
 
 
 @pytest.mark.slow

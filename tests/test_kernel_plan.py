@@ -90,6 +90,11 @@ def test_naming_a_kernel_or_turning_plans_off_skips_the_measurement(plans_on, mo
         read_gguf(path)
 
 
+def even_prompt(matrices) -> dict[str, float]:
+    """A stand-in for the prompt pass's timing: every kernel alike (no prompt kernel)."""
+    return {kernel: 10.0 for kernel in quant.kernels()}
+
+
 def scores(times: dict[tuple[str, str], float], at_rows: dict[int, dict[tuple[str, str], float]] | None = None):
     """A stand-in for the timing: every candidate's score 10 ms unless named, split evenly over the row counts; or,
     per row count, the times in at_rows (10 ms unless named)."""
@@ -107,6 +112,7 @@ def test_the_default_stays_unless_a_candidate_is_clearly_faster(plans_on, monkey
     matrices = {"Q4_K": [quant.random_quant_matrix("Q4_K", 32, 256)], HEAD: [quant.random_quant_matrix("Q6_K", 32,
                                                                                                        256)]}
     last, other = quant.kernels()[-1], quant.kernels()[-2]
+    monkeypatch.setattr(kernel_plan, "_time_prompt", even_prompt)
     monkeypatch.setattr(kernel_plan, "_time_class", scores({}))
     plan = kernel_plan.measure(plans_on / "x.gguf", matrices)
     assert plan.kernel == last and plan.layouts == {"Q4_K": "r16", HEAD: "r16"}
@@ -131,6 +137,7 @@ def test_a_class_faster_in_other_layouts_at_one_row_and_at_four_keeps_both(plans
     if last == "avx2":
         pytest.skip("no grouped layout on this machine's kernels")
     one, many = kernel_plan.ROWS[0], kernel_plan.ROWS[-1]
+    monkeypatch.setattr(kernel_plan, "_time_prompt", even_prompt)
     monkeypatch.setattr(kernel_plan, "_time_class", scores({}, {one: {(last, "rows"): 8.0}, many: {}}))
     plan = kernel_plan.measure(plans_on / "x.gguf", matrices)
     assert plan.kernel == last
@@ -188,7 +195,7 @@ def test_a_model_with_verify_layouts_runs_them_on_passes_of_several_rows_with_th
         session.extend([3, 4, 5], 3)
         assert heads[-1].out_features == 64 and heads[-1] is not model.verify_output
     assert kernel_plan.cached_plan(path) is None  # the forced plan was never measured, so never cached
-    entries = {kernel_plan.machine_key(): {kernel_plan._file_key(path, None): forced.as_record()}}
+    entries = {kernel_plan.machine_key(): {kernel_plan._file_key(path): forced.as_record()}}
     kernel_plan._write_cache(entries)
     assert kernel_plan.cached_plan(path).verify_layouts == {"Q6_K": "r16", HEAD: "r16"}
 
@@ -198,6 +205,13 @@ def test_the_label_names_each_class_off_the_layers_layout():
     assert KernelPlan("avx512-vnni-256", {"Q5_0": "r16", "Q6_K": "rows", HEAD: "r16"}).label() == \
         "avx512-vnni-256-r16+Q6_K-rows"
     assert KernelPlan("avx2", {"Q4_K": "rows", HEAD: "rows"}).label() == "avx2"
+    assert KernelPlan("avx2", {"Q4_K": "r16", HEAD: "rows"}, prompt_kernel="amx").label() == \
+        "avx2-r16+head-rows+prompt-amx"
+    plan = KernelPlan("avx2", {"Q4_K": "r16"}, verify_kernel="avx512-vnni", prompt_kernel="amx")
+    assert plan.label() == "avx2-r16+verify-avx512-vnni+prompt-amx"
+    assert [plan.pass_kernel(1, False), plan.pass_kernel(5, False), plan.pass_kernel(40, True)] == \
+        ["avx2", "avx512-vnni", "amx"]
+    assert KernelPlan("avx2").pass_kernel(5, False) == KernelPlan("avx2").pass_kernel(40, True) == "avx2"
 
 
 def test_provenance_records_the_plan_a_file_loads_with(plans_on):
@@ -231,21 +245,118 @@ def test_provenance_finds_the_plan_of_the_runs_thread_count_from_a_job_of_anothe
         torch.set_num_threads(before)
 
 
-def test_a_jobs_plans_are_recorded_in_its_load_order_the_drafts_on_the_targets_kernel(plans_on):
-    """A side-by-side job loads the target first (free to choose the kernel) and its drafts after, their layouts
-    measured on the target's kernel: the record must name those plans, not a plan the draft file took when it loaded
-    alone in another process (cached under 'kernel any')."""
+def test_a_jobs_plans_are_recorded_file_by_file_each_its_own(plans_on):
+    """A side-by-side job loads the target and its drafts, each measured on every kernel (its sessions run its own
+    plan's): the record names each file's cached plan, whatever the other files chose."""
     from specdec.study.provenance import kernel_plan_records
 
     target, draft = tiny_gguf(plans_on / "t.gguf", types=TYPES), tiny_gguf(plans_on / "d.gguf", types=TYPES, seed=1)
-    kernel = quant.kernels()[0]
-    plan = {"kernel": kernel, "source": "measured", "scores_ms": {}}
+    plan = {"source": "measured", "scores_ms": {}}
     entries = {kernel_plan.machine_key(2): {
-        kernel_plan._file_key(target, None): {**plan, "layouts": {"Q4_K": "rows"}},
-        kernel_plan._file_key(draft, None): {**plan, "kernel": quant.kernels()[-1], "layouts": {"Q4_K": "alone"}},
-        kernel_plan._file_key(draft, kernel): {**plan, "layouts": {"Q4_K": "in-the-job"}}}}
+        kernel_plan._file_key(target): {**plan, "kernel": quant.kernels()[0], "layouts": {"Q4_K": "rows"}},
+        kernel_plan._file_key(draft): {**plan, "kernel": quant.kernels()[-1], "layouts": {"Q4_K": "r16"},
+                                       "prompt_kernel": quant.kernels()[0]}}}
     kernel_plan._write_cache(entries)
-    records = kernel_plan_records({"t": target, "d": draft}, "t", threads=2)
-    assert records["t"]["layouts"] == {"Q4_K": "rows"} and records["t"]["kernel"] == kernel
-    assert records["d"]["layouts"] == {"Q4_K": "in-the-job"}
-    assert kernel_plan_records({"d": draft}, "t", threads=2)["d"]["layouts"] == {"Q4_K": "alone"}  # no target: free
+    records = kernel_plan_records({"t": target, "d": draft}, threads=2)
+    assert records["t"]["layouts"] == {"Q4_K": "rows"} and records["t"]["kernel"] == quant.kernels()[0]
+    assert records["d"]["kernel"] == quant.kernels()[-1] and records["d"]["prompt_kernel"] == quant.kernels()[0]
+    assert kernel_plan_records({"d": draft}, threads=2)["d"] == records["d"]
+
+
+@pytest.mark.skipif(len(quant.kernels()) < 2, reason="one kernel: nothing to choose")
+def test_a_later_file_is_measured_on_every_kernel_not_the_earlier_files(plans_on, monkeypatch):
+    """The first plan sets the process's kernel (for products outside a session); a second file is still timed on
+    every kernel and keeps its own choice."""
+    first, other = quant.kernels()[-1], quant.kernels()[0]
+    quant.set_planned_kernel(first)
+    monkeypatch.setattr(kernel_plan, "_time_class", scores({(other, "rows"): 5.0}))
+    monkeypatch.setattr(kernel_plan, "_time_prompt", even_prompt)
+    plan = read_gguf(tiny_gguf(plans_on / "d.gguf", types=TYPES, seed=1)).plan
+    assert plan.kernel == other and {c.split("/")[0] for c in plan.scores["Q4_K"]} == set(quant.kernels())
+    assert quant.planned_kernel() == first  # the process's stays the first plan's
+
+
+@pytest.mark.skipif(len(quant.kernels()) < 2, reason="one kernel: nothing to choose")
+def test_a_prompt_kernel_is_kept_only_where_clearly_faster_at_many_rows(plans_on, monkeypatch):
+    """Given timings at PROMPT_ROWS: a kernel faster than the plan's by more than MARGIN becomes its prompt kernel
+    (named in the label and the cache); a gain under MARGIN, or the plan's own kernel fastest, keeps none."""
+    matrices = {"Q4_K": [quant.random_quant_matrix("Q4_K", 32, 256)], HEAD: [quant.random_quant_matrix("Q6_K", 32,
+                                                                                                       256)]}
+    last, other = quant.kernels()[-1], quant.kernels()[0]
+    monkeypatch.setattr(kernel_plan, "_time_class", scores({}))
+    timed = []
+    for prompt_times, expected in (({other: 5.0}, other), ({other: 9.9}, None), ({last: 5.0}, None)):
+        def fake(laid, prompt_times=prompt_times):
+            timed.append(laid)
+            return {k: prompt_times.get(k, 10.0) for k in quant.kernels()}
+        monkeypatch.setattr(kernel_plan, "_time_prompt", fake)
+        plan = kernel_plan.measure(plans_on / "x.gguf", matrices)
+        assert plan.kernel == last and plan.prompt_kernel == expected
+        assert plan.label().endswith(f"+prompt-{other}") == (expected is not None)
+        assert plan.as_record().get("prompt_kernel") == expected
+    assert [m.qtype for m in timed[0]] == ["Q4_K"]  # the layers' classes only: a prompt pass computes one logit
+
+
+@pytest.mark.skipif(len(quant.kernels()) < 2, reason="one kernel: nothing to choose")
+def test_a_verify_kernel_is_kept_where_clearly_faster_at_four_rows_in_the_same_layouts(plans_on, monkeypatch):
+    """A kernel slow at one row and clearly faster at four (in the layouts the plan chose on its kernel) becomes the
+    verify kernel; the step's kernel stays the one fastest over both; a gain under MARGIN keeps none."""
+    matrices = {"Q4_K": [quant.random_quant_matrix("Q4_K", 32, 256)], HEAD: [quant.random_quant_matrix("Q6_K", 32,
+                                                                                                       256)]}
+    last, other = quant.kernels()[-1], quant.kernels()[0]
+    monkeypatch.setattr(kernel_plan, "_time_prompt", even_prompt)
+    one, many = kernel_plan.ROWS[0], kernel_plan.ROWS[-1]
+    slow_step = {(other, layout): 20.0 for layout in quant.LAYOUTS}
+    for at_many, expected in ((5.0, other), (9.8, None)):
+        fast_verify = {(other, layout): at_many for layout in quant.LAYOUTS}
+        monkeypatch.setattr(kernel_plan, "_time_class", scores({}, {one: slow_step, many: fast_verify}))
+        plan = kernel_plan.measure(plans_on / "x.gguf", matrices)
+        assert plan.kernel == last and plan.verify_kernel == expected
+        assert plan.pass_kernel(4, False) == (expected or last) and plan.pass_kernel(1, False) == last
+        assert plan.as_record().get("verify_kernel") == expected
+
+
+@pytest.mark.skipif(len(quant.kernels()) < 2, reason="one kernel: nothing to choose")
+def test_each_session_runs_its_own_plans_kernel_and_a_prompt_its_prompt_kernel_with_the_same_bits(plans_on,
+                                                                                                   monkeypatch):
+    """Two files whose cached plans name different kernels, one with a verify kernel, one with a prompt kernel: every
+    product of a session's pass runs on its own model's kernel for that pass (a prompt, of more than INVARIANT_ROWS
+    rows, on the prompt kernel; a pass of 2 rows or more on the verify kernel), on the fused and the Python forward,
+    whatever the process's kernel; use_kernel still overrides; the logits are the bits of one kernel throughout."""
+    from specdec.native.attention import INVARIANT_ROWS
+
+    first, other = quant.kernels()[-1], quant.kernels()[0]
+    a, b = tiny_gguf(plans_on / "a.gguf", types=TYPES), tiny_gguf(plans_on / "b.gguf", types=TYPES)
+    record = {"source": "measured", "scores_ms": {}, "layouts": {}}
+    kernel_plan._write_cache({kernel_plan.machine_key(): {
+        kernel_plan._file_key(a): {**record, "kernel": first, "verify_kernel": other},
+        kernel_plan._file_key(b): {**record, "kernel": other, "prompt_kernel": first}}})
+    model_a, model_b = read_gguf(a), read_gguf(b)
+    assert quant.planned_kernel() == first and model_b.plan.prompt_kernel == first
+    ran = []  # the kernel each product (and fused call) asked for
+    original = quant.kernel_name
+    monkeypatch.setattr(quant, "kernel_name", lambda: ran.append(original()) or ran[-1])
+    prompt = list(range(3, 3 + INVARIANT_ROWS + 4))
+    for fused in (True, False):
+        session_a, session_b = LeanLM(model_a, max_length=128, fused=fused), LeanLM(model_b, max_length=128,
+                                                                                   fused=fused)
+        for tokens, expected_a, expected_b in ((prompt, first, first), ([50], first, other),
+                                               ([51, 52, 53], other, other)):
+            ran.clear()
+            session_b.extend(tokens, 1)
+            assert ran and set(ran) == {expected_b}, (tokens, fused)
+            ran.clear()
+            session_a.extend(tokens, 1)
+            assert ran and set(ran) == {expected_a}, (tokens, fused)
+        with quant.use_kernel(other):
+            ran.clear()
+            session_a.extend([54], 1)
+            assert set(ran) == {other}
+    monkeypatch.setattr(quant, "kernel_name", original)
+    with quant.use_kernel(first):  # the same bits as one kernel throughout
+        reference = LeanLM(model_b, max_length=128)
+        expected = [reference.extend(prompt, 1), reference.extend([50], 1), reference.extend([51, 52, 53], 3)]
+    session = LeanLM(model_b, max_length=128)
+    got = [session.extend(prompt, 1), session.extend([50], 1), session.extend([51, 52, 53], 3)]
+    for x, y in zip(got, expected):
+        assert torch.equal(x.view(torch.int32), y.view(torch.int32))

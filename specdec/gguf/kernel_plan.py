@@ -9,17 +9,27 @@ A file's plan is measured the first time it loads on a machine (for its thread c
 candidates are every (kernel, layout) this CPU runs, and the file's multiplied matrices fall into classes: the
 layers' matrices of one type ("Q4_K", "Q6_K", ...) and the LM head ("head"). For each class, every candidate times
 its products over all the class's matrices, so that they stream from memory as in a step. It does so at 1 and 4
-rows (a step and a verify pass of k 3), with the candidates interleaved, REPEATS times. The score is the sum of the
-two medians.
+rows (a step and a verify pass of k 3), with the candidates interleaved, REPEATS times (the scores recorded: the
+sum of the two medians).
 
-The kernel runs the whole process, because one native call runs a pass's layers. It is the one whose classes'
-best scores sum lowest. Each class then takes its best layout on that kernel. A candidate replaces the default (the
-last kernel of `quant.kernels()` on `quant.default_layout`'s layouts) only when it scores at least MARGIN
-lower, so noise does not flip a plan. A class whose best layout at 1 row and best at 4 rows differ, each by MARGIN,
-keeps both (`verify_layouts`): the model holds that class's matrices twice, and passes of 2 rows or more run the
-second copy (the head: passes of 2 logits or more). AMD EPYC Zen 4: the Q6_K layers and the Q6_K head in the
-file's rows for a step, in groups for a verify pass; the 1.5B file's second head is 191 MB more memory. Both copies
-give the same bits.
+Each model runs its own plan (a session sets its kernel around each of its passes, `quant.session_kernel`), so a
+draft file is measured as freely as its target; one native call runs a pass's layers, so a pass runs one kernel. A
+one-token step runs `kernel`, the one whose classes' best layouts sum lowest at 1 row, each class in its best layout
+there (`layouts`); a pass of 2 rows or more (up to `attention.INVARIANT_ROWS`) runs `verify_kernel`, the one lowest
+at 4 rows, where it is another, each class in its best layout there. A candidate replaces the default (the last
+kernel of `quant.kernels()` on `quant.default_layout`'s layouts) only when it scores at least MARGIN lower, so noise
+does not flip a plan. A class whose layout for a verify pass differs from its step's keeps both (`verify_layouts`):
+the model holds that class's matrices twice, and passes of 2 rows or more run the second copy (the head: passes of 2
+logits or more). AMD EPYC Zen 4: the Q6_K layers and the Q6_K head in the file's rows for a step, in groups for a
+verify pass; the 1.5B file's second head is 191 MB more memory. Both copies give the same bits. Intel Xeon
+(experiments/cpu-lead, twenty-second run): avx2 steps 39.5 ms, amx's 52-55; amx's passes of 2-7 rows 0.74-0.93 of
+avx2's.
+
+A prompt pass (more rows than `attention.INVARIANT_ROWS`, layer by layer in Python) multiplies many rows per weight
+read, where the kernels rank otherwise: every kernel times the layers' products at PROMPT_ROWS rows (the first
+PROMPT_MATRICES matrices of each class, in the layout passes of several rows run), and one clearly faster than the
+step's kernel (by MARGIN) becomes its `prompt_kernel`. Intel Xeon: a prompt of 512 positions 89 tokens/s on avx2, 154
+on amx, whose tiles multiply 16 rows at once.
 
 Plans are cached as JSON, written atomically, in $SPECDEC_CACHE or ~/.cache/specdec. The steps' kernel name and
 provenance record them. Files under MIN_BYTES of weights (the tests' tiny models) take the default without
@@ -46,28 +56,44 @@ PLAN_ENV = "SPECDEC_KERNEL_PLAN"
 CACHE_ENV = "SPECDEC_CACHE"
 MIN_BYTES = 64 << 20  # below this a file's products sit in cache: timing them says nothing about a step
 ROWS = (1, 4)         # a decoding step and a verify pass of k 3
+PROMPT_ROWS = 64      # a prompt pass's rows per product, as timed for its kernel
+PROMPT_MATRICES = 8   # of each class, for that timing: many rows make a product compute-bound, so a few are enough
 REPEATS = 5
 MARGIN = 0.05         # a candidate must beat the default by this fraction to replace it (copies of one matrix
                       # in other memory differ by a few percent on a busy host: not a reason)
 HEAD = "head"
-RULES = 4             # how a plan is chosen from its timings; a plan cached under other rules is measured again
+RULES = 5             # how a plan is chosen from its timings; a plan cached under other rules is measured again
                       # (2: the head may keep a second copy for passes of several logits, as the layers' classes;
                       # 3: avx2 has groups of 16 rows among its candidates, Q4_K's by default;
-                      # 4: Q8_0's groups run natively on avx2 too, and Q5_0 and Q8_0 load in groups there by default)
+                      # 4: Q8_0's groups run natively on avx2 too, and Q5_0 and Q8_0 load in groups there by default;
+                      # 5: each file measured on every kernel, whatever an earlier file chose; the kernels of verify
+                      # and prompt passes)
 
 
 @dataclass(frozen=True)
 class KernelPlan:
-    """kernel: the product kernel the process runs; layouts: class -> "rows" or "r16" (a class not named takes
-    `quant.preferred_layout`'s); verify_layouts: class -> the layout of its second copy, for passes of 2 rows or more
-    (the head's: of 2 logits or more; only the classes that have one); scores: class -> candidate ("kernel/layout")
-    -> ms (the measurement, for provenance); source: "default", "measured" or "cache"."""
+    """kernel: the product kernel the model's one-token steps run on; layouts: class -> "rows" or "r16" (a class not
+    named takes `quant.preferred_layout`'s); verify_layouts: class -> the layout of its second copy, for passes of 2
+    rows or more (the head's: of 2 logits or more; only the classes that have one); scores: class -> candidate
+    ("kernel/layout") -> ms (the measurement, for provenance); source: "default", "measured" or "cache";
+    verify_kernel, prompt_kernel: the kernel of passes of 2 rows or more, of prompt passes, where one other than
+    `kernel` is clearly faster there, else None."""
 
     kernel: str
     layouts: dict[str, str] = field(default_factory=dict)
     scores: dict[str, dict[str, float]] = field(default_factory=dict)
     source: str = "default"
     verify_layouts: dict[str, str] = field(default_factory=dict)
+    prompt_kernel: str | None = None
+    verify_kernel: str | None = None
+
+    def pass_kernel(self, rows: int, prompt: bool) -> str:
+        """The kernel a pass of `rows` runs on: a prompt pass (more rows than attention.INVARIANT_ROWS, `prompt`) on
+        `prompt_kernel`, another pass of 2 rows or more on `verify_kernel`, where the plan has them; else
+        `kernel`."""
+        if prompt:
+            return self.prompt_kernel or self.kernel
+        return (self.verify_kernel or self.kernel) if rows > 1 else self.kernel
 
     def layout(self, cls: str, qtype: str, rows: int) -> str:
         """The layout of a matrix of class `cls` (its type, `rows` high)."""
@@ -98,13 +124,18 @@ class KernelPlan:
         odd = sorted(cls for cls, layout in self.layouts.items() if (layout == "r16") != grouped)
         return ((f"{self.kernel}-r16" if grouped else self.kernel)
                 + "".join(f"+{cls}-{self.layouts[cls]}" for cls in odd)
-                + "".join(f"+verify-{cls}-{layout}" for cls, layout in sorted(self.verify_layouts.items())))
+                + "".join(f"+verify-{cls}-{layout}" for cls, layout in sorted(self.verify_layouts.items()))
+                + (f"+verify-{self.verify_kernel}" if self.verify_kernel else "")
+                + (f"+prompt-{self.prompt_kernel}" if self.prompt_kernel else ""))
 
     def as_record(self) -> dict:
         record = {"kernel": self.kernel, "layouts": dict(sorted(self.layouts.items())), "source": self.source,
                   "scores_ms": self.scores}
         if self.verify_layouts:
             record["verify_layouts"] = dict(sorted(self.verify_layouts.items()))
+        for name, kernel in (("verify_kernel", self.verify_kernel), ("prompt_kernel", self.prompt_kernel)):
+            if kernel:
+                record[name] = kernel
         return record
 
 
@@ -147,8 +178,8 @@ def machine_key(threads: int | None = None) -> str:
     return f"{cpu}|{','.join(quant.kernels())}|threads {threads}|{kernel_build()}|rules {RULES}"
 
 
-def _file_key(path: Path, kernel: str | None) -> str:
-    return f"{path.name}|{path.stat().st_size}|kernel {kernel or 'any'}"
+def _file_key(path: Path) -> str:
+    return f"{path.name}|{path.stat().st_size}"
 
 
 def _read_cache() -> dict:
@@ -169,18 +200,15 @@ def _write_cache(entries: dict) -> None:
         print(f"specdec: kernel plan not cached ({error})", file=sys.stderr)
 
 
-def cached_plan(path, kernel: str | None = None, threads: int | None = None) -> KernelPlan | None:
-    """The cached plan of this file on this machine: measured under `kernel`, or free to choose and choosing it; for
-    `threads` (a job that reports on runs of another thread count than its own), else this process's count."""
-    plans = _read_cache().get(machine_key(threads), {})
-    entry = plans.get(_file_key(Path(path), kernel))
-    free = plans.get(_file_key(Path(path), None))
-    if not entry and free and free.get("kernel") == kernel:
-        entry = free
+def cached_plan(path, threads: int | None = None) -> KernelPlan | None:
+    """The cached plan of this file on this machine, for `threads` (a job that reports on runs of another thread
+    count than its own), else this process's count."""
+    entry = _read_cache().get(machine_key(threads), {}).get(_file_key(Path(path)))
     if not entry:
         return None
     return KernelPlan(kernel=entry["kernel"], layouts=entry["layouts"], scores=entry.get("scores_ms", {}),
-                      source="cache", verify_layouts=entry.get("verify_layouts", {}))
+                      source="cache", verify_layouts=entry.get("verify_layouts", {}),
+                      prompt_kernel=entry.get("prompt_kernel"), verify_kernel=entry.get("verify_kernel"))
 
 
 def _candidates(kernel: str | None) -> list[tuple[str, str]]:
@@ -234,42 +262,88 @@ def measure(path, classes: dict[str, list[QuantMatrix]], kernel: str | None = No
             pick = default
         return pick, options[pick]
 
-    totals = {k: sum(best_layout(cls, k)[1] for cls in scores) for k, _ in candidates}
-    chosen = min(totals, key=totals.get)
-    if totals[chosen] > totals[default_kernel] * (1 - MARGIN):
-        chosen = default_kernel
+    def best_kernel(rows: int) -> str:
+        """The kernel whose classes' best layouts sum lowest at this row count (the default unless beaten by
+        MARGIN)."""
+        totals = {k: sum(best_layout(cls, k, rows)[1] for cls in scores) for k in {k for k, _ in candidates}}
+        best = min(totals, key=totals.get)
+        return best if totals[best] <= totals[default_kernel] * (1 - MARGIN) else default_kernel
+
+    # a step (1 row) and a verify pass (4) each on the kernel fastest there, each class in its best layout on it:
+    # a second copy where the two layouts differ
+    chosen, verify = best_kernel(ROWS[0]), best_kernel(ROWS[-1])
     layouts, verify_layouts = {}, {}
     for cls in scores:
-        one, many = best_layout(cls, chosen, ROWS[0])[0], best_layout(cls, chosen, ROWS[-1])[0]
-        if one != many:
-            layouts[cls], verify_layouts[cls] = one, many
-        else:
-            layouts[cls] = best_layout(cls, chosen)[0]
+        layouts[cls], many = best_layout(cls, chosen, ROWS[0])[0], best_layout(cls, verify, ROWS[-1])[0]
+        if many != layouts[cls]:
+            verify_layouts[cls] = many
     return KernelPlan(kernel=chosen, layouts=layouts, verify_layouts=verify_layouts,
                       scores={cls: {f"{k}/{layout}": round(ms, 3) for (k, layout), ms in s.items()}
                               for cls, s in scores.items()},
-                      source="measured")
+                      source="measured",
+                      prompt_kernel=None if kernel else _prompt_kernel(path, classes, chosen, layouts, verify_layouts),
+                      verify_kernel=verify if verify != chosen else None)
+
+
+def _prompt_kernel(path, classes: dict[str, list[QuantMatrix]], chosen: str, layouts: dict[str, str],
+                   verify_layouts: dict[str, str]) -> str | None:
+    """The kernel a prompt pass runs on where one other than `chosen` is faster by MARGIN at PROMPT_ROWS rows over the
+    layers' classes (a prompt computes one logit: the head is not timed), each in the layout passes of several rows
+    run; else None."""
+    layers = {cls: matrices[:PROMPT_MATRICES] for cls, matrices in classes.items() if cls != HEAD}
+    if len(quant.kernels()) < 2 or not layers:
+        return None
+    laid = [matrix if layout == "rows" or not quant.can_group(matrix.qtype, matrix.out_features)
+            else matrix.in_layout(layout)
+            for cls, matrices in layers.items()
+            for layout in [verify_layouts.get(cls) or layouts.get(cls, "rows")] for matrix in matrices]
+    print(f"specdec: timing {len(quant.kernels())} kernels on {Path(path).name}'s layers at {PROMPT_ROWS} rows (a "
+          f"prompt pass)", file=sys.stderr, flush=True)
+    times = _time_prompt(laid)
+    best = min(times, key=times.get)
+    return best if best != chosen and times[best] < times[chosen] * (1 - MARGIN) else None
+
+
+def _time_prompt(matrices: list[QuantMatrix]) -> dict[str, float]:
+    """Median ms over REPEATS of each kernel's products over these matrices at PROMPT_ROWS rows, interleaved."""
+    inputs = {width: torch.randn(PROMPT_ROWS, width) for width in {matrix.in_features for matrix in matrices}}
+    for matrix in matrices:  # first touch of each copy, outside the timing
+        matrix.matmul(inputs[matrix.in_features][:1])
+    kernels = list(quant.kernels())
+    times: dict[str, list[float]] = {kernel: [] for kernel in kernels}
+    for repeat in range(REPEATS):
+        for kernel in kernels[repeat % len(kernels):] + kernels[:repeat % len(kernels)]:
+            with quant.use_kernel(kernel):
+                start = time.perf_counter()
+                for matrix in matrices:
+                    matrix.matmul(inputs[matrix.in_features])
+                times[kernel].append(time.perf_counter() - start)
+    return {kernel: statistics.median(ms) * 1e3 for kernel, ms in times.items()}
 
 
 def plan_for(path, classes) -> KernelPlan:
     """The plan a file loads with. classes: a callable giving class -> its matrices in the file's rows (called only
-    when a measurement is due, since it copies the weights). The kernel that an earlier plan of this process set
-    stays: a later file is measured for its layouts on that kernel."""
+    when a measurement is due, since it copies the weights). Every file is measured on every kernel (its sessions run
+    its own); the process's first plan also sets the kernel of products run outside a session."""
     path, mode = Path(path), _mode()
     if mode == "off" or not quant.available() or _named_elsewhere():
         return default_plan()
-    kernel = quant.planned_kernel()
     if mode == "auto":
-        found = cached_plan(path, kernel)
+        found = cached_plan(path)
         if found:
-            quant.set_planned_kernel(found.kernel)
+            _set_process_kernel(found.kernel)
             return found
     matrices = classes()
     if sum(m.nbytes for ms in matrices.values() for m in ms) < MIN_BYTES:
         return default_plan()
-    plan = measure(path, matrices, kernel)
-    quant.set_planned_kernel(plan.kernel)
+    plan = measure(path, matrices)
+    _set_process_kernel(plan.kernel)
     entries = _read_cache()
-    entries.setdefault(machine_key(), {})[_file_key(path, kernel)] = plan.as_record()
+    entries.setdefault(machine_key(), {})[_file_key(path)] = plan.as_record()
     _write_cache(entries)
     return plan
+
+
+def _set_process_kernel(kernel: str) -> None:
+    if quant.planned_kernel() is None:
+        quant.set_planned_kernel(kernel)

@@ -178,7 +178,7 @@ class LeanLM(KeepsFeatures):
         return self.model.step_bytes(len(self.layers)) - self.model.head_bytes() + self._head.nbytes
 
     def kernel_for(self, rows: int) -> str:
-        """Recorded with each step (decode.StepRecord.kernel): one product kernel for every row count."""
+        """Recorded with each step (decode.StepRecord.kernel): the model's plan label (it names a prompt kernel)."""
         return product_kernel(self.model)
 
     def _decoder_layers(self) -> int:
@@ -206,8 +206,21 @@ class LeanLM(KeepsFeatures):
         times: dict = {}
         return self._extend(tokens, n_logits, times), times
 
+    def _pass_kernel(self, rows: int) -> str | None:
+        """The product kernel a pass of `rows` runs on: its model's plan's (KernelPlan.pass_kernel: a step's, a verify
+        pass's, a prompt's, of more rows than INVARIANT_ROWS); None where the model loaded without a measured plan
+        (the process's kernel, quant.kernel_name)."""
+        plan = self.model.plan
+        if plan is None or plan.source == "default":
+            return None
+        return plan.pass_kernel(rows, prompt=rows > INVARIANT_ROWS)
+
     def _extend(self, tokens: Sequence[int], n_logits: int, times: dict | None) -> torch.Tensor:
         tokens = list(tokens)
+        with quant.session_kernel(self._pass_kernel(len(tokens))):
+            return self._pass(tokens, n_logits, times)
+
+    def _pass(self, tokens: list[int], n_logits: int, times: dict | None) -> torch.Tensor:
         rows = len(tokens)
         if not rows:
             raise ValueError("extend needs at least one token")

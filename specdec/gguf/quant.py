@@ -44,7 +44,8 @@ def available() -> bool:
 
 KERNEL_ENV = "SPECDEC_QUANT_KERNEL"
 _kernel_override: str | None = None  # set by use_kernel
-_planned_kernel: str | None = None  # set by a model's kernel plan (specdec/gguf/kernel_plan.py)
+_planned_kernel: str | None = None  # set by the first model's kernel plan (specdec/gguf/kernel_plan.py)
+_session_kernel: str | None = None  # set by `session_kernel` while a session runs a pass on its own plan's kernel
 
 
 @functools.cache  # the CPU's instruction sets do not change: asked once, not on every product
@@ -58,13 +59,14 @@ def kernels() -> tuple[str, ...]:
 
 
 def kernel_name() -> str:
-    """The product kernel this process runs (recorded with each step and in provenance): the one `use_kernel` set,
-    else the one $SPECDEC_QUANT_KERNEL names, else the one a model's kernel plan measured fastest here
-    (specdec/gguf/kernel_plan.py), else the last this CPU runs; "unavailable" without the module."""
+    """The product kernel the products run on now: the one `use_kernel` set, else the one $SPECDEC_QUANT_KERNEL
+    names, else the one the running session's kernel plan chose for this pass (`session_kernel`), else the one the
+    process's first kernel plan measured fastest here (specdec/gguf/kernel_plan.py), else the last this CPU runs;
+    "unavailable" without the module."""
     runnable = kernels()
     if not runnable:
         return "unavailable"
-    chosen = _kernel_override or os.environ.get(KERNEL_ENV) or _planned_kernel or runnable[-1]
+    chosen = _kernel_override or os.environ.get(KERNEL_ENV) or _session_kernel or _planned_kernel or runnable[-1]
     if chosen not in runnable:
         raise ValueError(f"{KERNEL_ENV}={chosen!r} is not a product kernel this CPU runs; it runs "
                          f"{', '.join(runnable)}")
@@ -92,6 +94,20 @@ def set_planned_kernel(name: str | None) -> None:
     if name is not None:
         _check_runnable(name)
     _planned_kernel = name
+
+
+@contextlib.contextmanager
+def session_kernel(name: str | None):
+    """Run the products inside the block on kernel `name` unless `use_kernel` or $SPECDEC_QUANT_KERNEL names another
+    (a session's pass on its own model's plan, specdec/gguf/lean.py; None: as outside)."""
+    global _session_kernel
+    if name is not None:
+        _check_runnable(name)
+    previous, _session_kernel = _session_kernel, name or _session_kernel
+    try:
+        yield
+    finally:
+        _session_kernel = previous
 
 
 @contextlib.contextmanager

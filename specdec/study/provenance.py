@@ -66,25 +66,20 @@ def model_record(path) -> dict:
             "product_kernel": product_kernel(), "kernel_plan": kernel_plan_record(path)}
 
 
-def kernel_plan_record(path, threads: int | None = None, kernel: str | None = None) -> dict | None:
+def kernel_plan_record(path, threads: int | None = None) -> dict | None:
     """The kernel plan the file loads with on this machine at `threads` (this process's count unless given; a plan
     is measured per count) (specdec/gguf/kernel_plan.py: measured at its first load and cached), or None where none
-    is cached (plans off, a kernel named, or the file never loaded here). kernel: the one an earlier file's plan set
-    in the job (a draft loads after its target, and its layouts are measured on the target's kernel); else this
-    process's."""
-    from specdec.gguf import kernel_plan, quant
+    is cached (plans off, a kernel named, or the file never loaded here)."""
+    from specdec.gguf import kernel_plan
 
-    plan = kernel_plan.cached_plan(path, kernel or quant.planned_kernel(), threads)
+    plan = kernel_plan.cached_plan(path, threads)
     return None if plan is None else {"label": plan.label(), **plan.as_record()}
 
 
-def kernel_plan_records(files: dict, target: str, threads: int | None = None) -> dict[str, dict | None]:
-    """name -> kernel_plan_record of each of a job's GGUF files, in the order the job loads them: the target first,
-    free to choose its kernel, then every other file on the kernel the target's plan chose."""
-    first = kernel_plan_record(files[target], threads) if target in files else None
-    kernel = first["kernel"] if first else None
-    return {name: first if name == target else kernel_plan_record(path, threads, kernel)
-            for name, path in files.items()}
+def kernel_plan_records(files: dict, threads: int | None = None) -> dict[str, dict | None]:
+    """name -> kernel_plan_record of each of a job's GGUF files (each measured on its own: its sessions run its
+    plan's kernel)."""
+    return {name: kernel_plan_record(path, threads) for name, path in files.items()}
 
 
 def provenance(config, model_dirs, benchmark_files, threads: int, kernel_tables=()) -> dict:

@@ -43,7 +43,7 @@ def main(snakemake):
         log.info("ratios to llama.cpp plain, per turn (median [95%% bootstrap interval]):\n%s", format_ratios(table))
         write_csv(table, snakemake.output.table)
         threads = int(p.runtime["threads"])
-        plans = kernel_plan_records(dict(p.gguf_files), p.target, threads)  # as the job loaded them
+        plans = kernel_plan_records(dict(p.gguf_files), threads)  # each file's own, as the job loaded them
         record = {
             "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
             "machine": machine_record(threads),
