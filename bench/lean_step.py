@@ -8,7 +8,9 @@ Passes are interleaved per repeat (each crops back to the context first), and so
 this CPU runs, unless named; they give the same bits) on the file's row layout, and the layout a model loads with by
 default where that is another (Q4_K in groups of 16 rows on AVX-512, `quant.preferred_layout`; one more copy of the
 model in memory), and the file's kernel plan where it differs from that default (specdec/gguf/kernel_plan.py:
-measured at this load, or this machine's cached plan); medians and the spread over repeats. Run it alone.
+measured at this load, or this machine's cached plan); medians and the spread over repeats. Run it alone. Each
+kernel named runs every pass here (forced), so a plan's own kernels per pass (a step's, a verify pass's) are timed
+by bench/verify_roofline.py, which runs the session as it loads.
 
 The floor is read once a round, right after its passes, and each pass is set against its own round's floor: on a
 shared host the read bandwidth moved between 26 and 52 GB/s within half an hour (AMD EPYC Zen 4,
