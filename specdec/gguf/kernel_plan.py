@@ -27,9 +27,9 @@ avx2's.
 
 A prompt pass (more rows than `attention.INVARIANT_ROWS`, layer by layer in Python) multiplies many rows per weight
 read, where the kernels rank otherwise: every kernel times the layers' products at PROMPT_ROWS rows (the first
-PROMPT_MATRICES matrices of each class, in the layout passes of several rows run), and one clearly faster than the
-step's kernel (by MARGIN) becomes its `prompt_kernel`. Intel Xeon: a prompt of 512 positions 89 tokens/s on avx2, 154
-on amx, whose tiles multiply 16 rows at once.
+PROMPT_MATRICES matrices of each class, in the layout passes of several rows run), and the one chosen as the others
+are (the default unless another is faster by MARGIN) becomes its `prompt_kernel` where it is not the step's. Intel
+Xeon: a prompt of 512 positions 89 tokens/s on avx2, 154 on amx, whose tiles multiply 16 rows at once.
 
 Plans are cached as JSON, written atomically, in $SPECDEC_CACHE or ~/.cache/specdec. The steps' kernel name and
 provenance record them. Files under MIN_BYTES of weights (the tests' tiny models) take the default without
@@ -44,7 +44,7 @@ import statistics
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import torch
@@ -211,11 +211,6 @@ def cached_plan(path, threads: int | None = None) -> KernelPlan | None:
                       prompt_kernel=entry.get("prompt_kernel"), verify_kernel=entry.get("verify_kernel"))
 
 
-def _candidates(kernel: str | None) -> list[tuple[str, str]]:
-    kernels = [kernel] if kernel else list(quant.kernels())
-    return [(k, layout) for k in kernels for layout in quant.LAYOUTS]
-
-
 def _time_class(matrices: dict[str, list[QuantMatrix]], candidates,
                 inputs) -> dict[tuple[str, str], dict[int, float]]:
     """Median ms over REPEATS of every candidate's products over the class's matrices, per row count of ROWS.
@@ -232,11 +227,12 @@ def _time_class(matrices: dict[str, list[QuantMatrix]], candidates,
     return {c: {m: statistics.median(times[c, m]) * 1e3 for m in ROWS} for c in candidates}
 
 
-def measure(path, classes: dict[str, list[QuantMatrix]], kernel: str | None = None) -> KernelPlan:
+def measure(path, classes: dict[str, list[QuantMatrix]]) -> KernelPlan:
     """Time every candidate on each class (matrices in the file's rows; their groups of 16 made here) and choose."""
-    candidates = _candidates(kernel)
-    default_kernel = kernel or quant.kernels()[-1]
+    candidates = [(k, layout) for k in quant.kernels() for layout in quant.LAYOUTS]
+    default_kernel = quant.kernels()[-1]
     by_rows: dict[str, dict[tuple[str, str], dict[int, float]]] = {}
+    samples: dict[str, dict[str, list[QuantMatrix]]] = {}  # class -> layout -> its first matrices (a prompt's timing)
     for cls, rows in classes.items():
         # the groups of 16 rows only where every matrix of the class can take them: no copy otherwise
         grouped = all(quant.can_group(m.qtype, m.out_features) for m in rows)
@@ -249,25 +245,20 @@ def measure(path, classes: dict[str, list[QuantMatrix]], kernel: str | None = No
         print(f"specdec: timing {len(usable)} kernel/layout candidates on {path.name}'s {cls} matrices",
               file=sys.stderr, flush=True)
         by_rows[cls] = _time_class(layouts, usable, inputs)
+        samples[cls] = {layout: matrices[:PROMPT_MATRICES] for layout, matrices in layouts.items()}
     scores = {cls: {c: sum(ms.values()) for c, ms in s.items()} for cls, s in by_rows.items()}
 
-    def best_layout(cls: str, k: str, rows: int | None = None) -> tuple[str, float]:
-        """The class's layout on kernel k by its score, or (rows given) by its time at that row count alone."""
-        options = {layout: (ms if rows is None else by_rows[cls][kk, layout][rows])
-                   for (kk, layout), ms in scores[cls].items() if kk == k}
+    def best_layout(cls: str, k: str, rows: int) -> tuple[str, float]:
+        """The class's layout on kernel k by its time at this row count."""
+        options = {layout: times[rows] for (kk, layout), times in by_rows[cls].items() if kk == k}
         default = quant.default_layout(classes[cls][0].qtype, k)
-        default = default if default in options else "rows"
-        pick = min(options, key=options.get)
-        if options[pick] > options[default] * (1 - MARGIN):
-            pick = default
+        pick = _pick(options, default if default in options else "rows")
         return pick, options[pick]
 
     def best_kernel(rows: int) -> str:
         """The kernel whose classes' best layouts sum lowest at this row count (the default unless beaten by
         MARGIN)."""
-        totals = {k: sum(best_layout(cls, k, rows)[1] for cls in scores) for k in {k for k, _ in candidates}}
-        best = min(totals, key=totals.get)
-        return best if totals[best] <= totals[default_kernel] * (1 - MARGIN) else default_kernel
+        return _pick({k: sum(best_layout(cls, k, rows)[1] for cls in scores) for k in quant.kernels()}, default_kernel)
 
     # a step (1 row) and a verify pass (4) each on the kernel fastest there, each class in its best layout on it:
     # a second copy where the two layouts differ
@@ -277,38 +268,38 @@ def measure(path, classes: dict[str, list[QuantMatrix]], kernel: str | None = No
         layouts[cls], many = best_layout(cls, chosen, ROWS[0])[0], best_layout(cls, verify, ROWS[-1])[0]
         if many != layouts[cls]:
             verify_layouts[cls] = many
-    return KernelPlan(kernel=chosen, layouts=layouts, verify_layouts=verify_layouts,
+    plan = KernelPlan(kernel=chosen, layouts=layouts, verify_layouts=verify_layouts,
                       scores={cls: {f"{k}/{layout}": round(ms, 3) for (k, layout), ms in s.items()}
                               for cls, s in scores.items()},
-                      source="measured",
-                      prompt_kernel=None if kernel else _prompt_kernel(path, classes, chosen, layouts, verify_layouts),
-                      verify_kernel=verify if verify != chosen else None)
+                      source="measured", verify_kernel=verify if verify != chosen else None)
+    return replace(plan, prompt_kernel=_prompt_kernel(path, samples, plan))
 
 
-def _prompt_kernel(path, classes: dict[str, list[QuantMatrix]], chosen: str, layouts: dict[str, str],
-                   verify_layouts: dict[str, str]) -> str | None:
-    """The kernel a prompt pass runs on where one other than `chosen` is faster by MARGIN at PROMPT_ROWS rows over the
-    layers' classes (a prompt computes one logit: the head is not timed), each in the layout passes of several rows
-    run; else None."""
-    layers = {cls: matrices[:PROMPT_MATRICES] for cls, matrices in classes.items() if cls != HEAD}
-    if len(quant.kernels()) < 2 or not layers:
+def _pick(times: dict[str, float], default: str) -> str:
+    """The fastest of `times` where it beats `default` by MARGIN, else `default` (noise does not flip a plan)."""
+    best = min(times, key=times.get)
+    return best if times[best] <= times[default] * (1 - MARGIN) else default
+
+
+def _prompt_kernel(path, samples: dict[str, dict[str, list[QuantMatrix]]], plan: KernelPlan) -> str | None:
+    """The kernel a prompt pass runs on, chosen as the plan's others are (the default unless another is faster by
+    MARGIN) at PROMPT_ROWS rows over the layers' classes' first matrices (`samples`: class -> layout -> matrices; a
+    prompt computes one logit, so the head is not timed), each class in the layout passes of several rows run; None
+    where it is the plan's step kernel."""
+    laid = [matrix for cls, by_layout in samples.items() if cls != HEAD
+            for matrix in by_layout[plan.verify_layouts.get(cls, plan.layouts[cls])]]
+    if len(quant.kernels()) < 2 or not laid:
         return None
-    laid = [matrix if layout == "rows" or not quant.can_group(matrix.qtype, matrix.out_features)
-            else matrix.in_layout(layout)
-            for cls, matrices in layers.items()
-            for layout in [verify_layouts.get(cls) or layouts.get(cls, "rows")] for matrix in matrices]
     print(f"specdec: timing {len(quant.kernels())} kernels on {Path(path).name}'s layers at {PROMPT_ROWS} rows (a "
           f"prompt pass)", file=sys.stderr, flush=True)
-    times = _time_prompt(laid)
-    best = min(times, key=times.get)
-    return best if best != chosen and times[best] < times[chosen] * (1 - MARGIN) else None
+    kernel = _pick(_time_prompt(laid), quant.kernels()[-1])
+    return kernel if kernel != plan.kernel else None
 
 
 def _time_prompt(matrices: list[QuantMatrix]) -> dict[str, float]:
-    """Median ms over REPEATS of each kernel's products over these matrices at PROMPT_ROWS rows, interleaved."""
+    """Median ms over REPEATS of each kernel's products over these matrices at PROMPT_ROWS rows, interleaved (the
+    matrices the class timing already multiplied: in memory)."""
     inputs = {width: torch.randn(PROMPT_ROWS, width) for width in {matrix.in_features for matrix in matrices}}
-    for matrix in matrices:  # first touch of each copy, outside the timing
-        matrix.matmul(inputs[matrix.in_features][:1])
     kernels = list(quant.kernels())
     times: dict[str, list[float]] = {kernel: [] for kernel in kernels}
     for repeat in range(REPEATS):

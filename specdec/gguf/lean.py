@@ -178,7 +178,8 @@ class LeanLM(KeepsFeatures):
         return self.model.step_bytes(len(self.layers)) - self.model.head_bytes() + self._head.nbytes
 
     def kernel_for(self, rows: int) -> str:
-        """Recorded with each step (decode.StepRecord.kernel): the model's plan label (it names a prompt kernel)."""
+        """Recorded with each step (decode.StepRecord.kernel): the model's plan label (it names the kernels of
+        verify passes and prompts where they differ from a step's)."""
         return product_kernel(self.model)
 
     def _decoder_layers(self) -> int:
