@@ -322,7 +322,8 @@ def test_each_session_runs_its_own_plans_kernel_and_a_prompt_its_prompt_kernel_w
     """Two files whose cached plans name different kernels, one with a verify kernel, one with a prompt kernel: every
     product of a session's pass runs on its own model's kernel for that pass (a prompt, of more than INVARIANT_ROWS
     rows, on the prompt kernel; a pass of 2 rows or more on the verify kernel), on the fused and the Python forward,
-    whatever the process's kernel; use_kernel still overrides; the logits are the bits of one kernel throughout."""
+    whatever the process's kernel, but the head (the last product) on the kernel for its own rows, the logits asked
+    for (one logit: a step's kernel); use_kernel still overrides; the logits are the bits of one kernel throughout."""
     from specdec.native.attention import INVARIANT_ROWS
 
     first, other = quant.kernels()[-1], quant.kernels()[0]
@@ -340,17 +341,18 @@ def test_each_session_runs_its_own_plans_kernel_and_a_prompt_its_prompt_kernel_w
     for fused in (True, False):
         session_a, session_b = LeanLM(model_a, max_length=128, fused=fused), LeanLM(model_b, max_length=128,
                                                                                    fused=fused)
-        for tokens, expected_a, expected_b in ((prompt, first, first), ([50], first, other),
-                                               ([51, 52, 53], other, other)):
-            ran.clear()
-            session_b.extend(tokens, 1)
-            assert ran and set(ran) == {expected_b}, (tokens, fused)
-            ran.clear()
-            session_a.extend(tokens, 1)
-            assert ran and set(ran) == {expected_a}, (tokens, fused)
+        # tokens, logits, then for a and for b: the layers' kernel and the head's
+        for tokens, logits, expected_a, expected_b in ((prompt, 1, (first, first), (first, other)),
+                                                       ([50], 1, (first, first), (other, other)),
+                                                       ([51, 52, 53], 1, (other, first), (other, other)),
+                                                       ([54, 55, 56], 3, (other, other), (other, other))):
+            for session, (layers, head) in ((session_b, expected_b), (session_a, expected_a)):
+                ran.clear()
+                session.extend(tokens, logits)
+                assert len(ran) > 1 and set(ran[:-1]) == {layers} and ran[-1] == head, (tokens, logits, fused, ran)
         with quant.use_kernel(other):
             ran.clear()
-            session_a.extend([54], 1)
+            session_a.extend([57], 1)
             assert set(ran) == {other}
     monkeypatch.setattr(quant, "kernel_name", original)
     with quant.use_kernel(first):  # the same bits as one kernel throughout

@@ -13,7 +13,8 @@ rows (a step and a verify pass of k 3), with the candidates interleaved, REPEATS
 sum of the two medians).
 
 Each model runs its own plan (a session sets its kernel around each of its passes, `quant.session_kernel`), so a
-draft file is measured as freely as its target; one native call runs a pass's layers, so a pass runs one kernel. A
+draft file is measured as freely as its target; one native call runs a pass's layers, so they run one kernel (the
+head: the kernel for the logits asked for, `LeanLM._pass`). A
 one-token step runs `kernel`, the one whose classes' best layouts sum lowest at 1 row, each class in its best layout
 there (`layouts`); a pass of 2 rows or more (up to `attention.INVARIANT_ROWS`) runs `verify_kernel`, the one lowest
 at 4 rows, where it is another, each class in its best layout there. A candidate replaces the default (the last

@@ -265,10 +265,12 @@ class LeanLM(KeepsFeatures):
             self._features.append(torch.cat([normed, *layer_outputs], dim=1) if layer_outputs else normed)
             last = normed[rows - n_logits:]
         head_begin = time.perf_counter()
-        if self.argmax_only and n_logits <= self._argmax_head.max_rows:
-            logits = self._argmax_head.logits(last)
-        else:
-            logits = (self._head if n_logits == 1 else self._verify_head).matmul(last)
+        # the head multiplies n_logits rows, not the pass's: a verify pass's one logit runs a step's kernel
+        with quant.session_kernel(self._pass_kernel(n_logits)):
+            if self.argmax_only and n_logits <= self._argmax_head.max_rows:
+                logits = self._argmax_head.logits(last)
+            else:
+                logits = (self._head if n_logits == 1 else self._verify_head).matmul(last)
         if self.head_vocab is not None:  # the other ids' logits: -inf (q zero there)
             logits = torch.cat([logits[:, :self.head_vocab],
                                 logits.new_full((n_logits, self.vocab_size - self.head_vocab), float("-inf"))], dim=1)
