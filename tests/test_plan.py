@@ -286,6 +286,11 @@ def test_llamacpp_runs_the_studys_gguf_model_drafts_unless_named():
     assert (named.llamacpp_drafts(), named.llamacpp_k()) == (["cut"], [3])
     assert study.llamacpp_dir == f"resources/llamacpp/{study.llamacpp['version']}"
     assert study.llamacpp_sdist.endswith(".tar.gz")
+    # the build's params: how llama.cpp runs (repack, bench) does not build it again, its compilers do
+    runs_otherwise = plan({"llamacpp": {"repack": False, "bench": {"depth": 64}, "repeats": 3, "build_jobs": 8}})
+    assert runs_otherwise.llamacpp_build == study.llamacpp_build
+    assert set(study.llamacpp_build) == {"package", "version", "sha256", "cmake", "cc", "cxx", "cmake_flags"}
+    assert plan({"llamacpp": {"cmake_flags": ["-DGGML_AVX512=OFF"]}}).llamacpp_build != study.llamacpp_build
 
 
 def test_the_side_by_side_job_reads_the_gguf_files_and_a_heads_directory():

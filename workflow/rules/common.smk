@@ -65,6 +65,7 @@ R, LOG, BENCH, MACHINE_DIR = PLAN.paths.results, PLAN.paths.logs, PLAN.paths.ben
 SWEEP_K = PLAN.sweep_k
 EVALUATION_SELECTION = PLAN.evaluation_selection()
 LLAMACPP, LLAMACPP_DIR, LLAMACPP_SDIST = PLAN.llamacpp, PLAN.llamacpp_dir, PLAN.llamacpp_sdist
+LLAMACPP_BUILD = PLAN.llamacpp_build
 VS_LLAMACPP = PLAN.vs_llamacpp
 
 wildcard_constraints:

@@ -31,7 +31,7 @@ rule llamacpp_build:
     output:
         directory(LLAMACPP_DIR),
     params:
-        settings=LLAMACPP,
+        settings=LLAMACPP_BUILD,
     threads: LLAMACPP["build_jobs"]
     resources:
         mem_mb=4000,

@@ -20,6 +20,11 @@ class LlamacppPlan(DraftPlan):
         return llamacpp.settings(self.config)
 
     @property
+    def llamacpp_build(self) -> dict:
+        """What the build job reads of config.llamacpp (its params: the rest does not build it again)."""
+        return llamacpp.build_settings(self.llamacpp)
+
+    @property
     def llamacpp_dir(self) -> str:
         """The build: resources/llamacpp/<version>/{bin/,manifest.json}."""
         return f"resources/llamacpp/{self.llamacpp['version']}"

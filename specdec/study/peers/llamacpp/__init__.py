@@ -26,7 +26,7 @@ from specdec.study.verify.divergence import first_difference
 from specdec.study.prepare.wheels import Log
 from .build import BASE_CMAKE_FLAGS, MANIFEST, TOOLS, build_llamacpp, read_build_manifest, vendored_commit
 from .commands import RunSettings, bench_command, plain_command, speculative_command, write_prompt
-from .config import DEFAULTS, SIDE_BY_SIDE_DEFAULTS, settings, side_by_side_settings
+from .config import BUILD_KEYS, DEFAULTS, SIDE_BY_SIDE_DEFAULTS, build_settings, settings, side_by_side_settings
 from .costs import cost_seconds, predicted_llamacpp_speedup, step_costs
 from .errors import LlamaCppBuildError, LlamaCppError, LlamaCppParseError, LlamaCppRunError
 from .gguf_files import export_gguf, gguf_facts

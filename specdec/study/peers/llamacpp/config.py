@@ -21,6 +21,10 @@ DEFAULTS = {
     "bench": {"depth": 256, "max_positions": 9, "gen_tokens": 32, "repetitions": 5, "rounds": 2},
 }
 
+# The settings the build reads (the rest are the runs': the build job's params hold only these, so changing how
+# llama.cpp runs, `repack` or `bench`, does not build it again; `build_jobs` only sets its speed).
+BUILD_KEYS = ("package", "version", "sha256", "cmake", "cc", "cxx", "cmake_flags")
+
 
 def settings(config: dict) -> dict:
     """config["llamacpp"] over DEFAULTS (the bench sub-dict merged key by key)."""
@@ -49,3 +53,8 @@ def side_by_side_settings(config: dict) -> dict:
     out["llamacpp"] = {**SIDE_BY_SIDE_DEFAULTS["llamacpp"], **(given.get("llamacpp") or {})}
     out["drafts"] = {str(name): int(k) for name, k in (out["drafts"] or {}).items() if k is not None}
     return out
+
+
+def build_settings(settings_: dict) -> dict:
+    """The build's share of `settings(config)` (BUILD_KEYS)."""
+    return {key: settings_[key] for key in BUILD_KEYS}
