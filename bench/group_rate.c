@@ -6,7 +6,12 @@
      MODE   l2 (16 groups of a 1536-wide matrix, 221-340 KB, again and again) or stream (28 layers of 8960 rows)
      NX     inputs a pass (1 .. the type's most)
    Prints "ms_per_pass gmacs" for each of ROUNDS rounds of REPS passes (default 2000 in L2, 2 streaming). The
-   weights are arbitrary bytes and the inputs arbitrary quants: a product's time does not depend on its values.
+   weights and inputs are arbitrary quants with normal scales: every byte 0x30-0x3F, so each fp16 and float scale is
+   a normal number near 1 (the integers' time does not depend on their values, the floats' does: arbitrary bytes made
+   scales subnormal, NaN or infinite, and each such multiply a microcode assist: Q4_K at 5 inputs in L2 ran 91-94 G
+   multiply-adds a second on the Intel Xeon against 195 with these). The weights lie on 2 MB pages where Linux gives
+   them (madvise, as numpy's allocations of the engine's weights ask): on 4 KB pages a stream's TLB misses cost the
+   Xeon a third of its rate (one input 22.1 against 31.7-33.4 G, 5 inputs 90.8 against 132).
 
    group_rate step-ceiling NX ROUNDS [STEPS]
      The Q4_K AVX2 group step alone (one 256-bit load of eight rows' nibbles, their low and high halves, and per
@@ -15,6 +20,7 @@
      between its rate and this one. Prints "ns_per_step gmacs" for each of ROUNDS rounds. */
 #include "_quant_kernels.h"
 #include <stdio.h>
+#include <sys/mman.h>
 #include <time.h>
 
 static double now(void) {
@@ -25,7 +31,22 @@ static double now(void) {
 
 #define K_WIDTH 1536
 
-static void *alloc64(size_t bytes) { return aligned_alloc(64, (bytes + 63) / 64 * 64); } /* a multiple of 64 */
+#define HUGE_PAGE (2u << 20)
+
+/* A multiple of 2 MB, 2 MB-aligned, asked to lie on 2 MB pages (the engine's weights do: numpy's allocations) */
+static void *alloc_huge(size_t bytes) {
+    const size_t n = (bytes + HUGE_PAGE - 1) / HUGE_PAGE * HUGE_PAGE;
+    void *p = aligned_alloc(HUGE_PAGE, n);
+#ifdef MADV_HUGEPAGE
+    if (p) madvise(p, n, MADV_HUGEPAGE); /* advice: where refused, 4 KB pages */
+#endif
+    return p;
+}
+
+/* An arbitrary quant byte whose fp16 / float pairs and quads are normal numbers near 1 (0x30-0x3F) */
+static uint8_t normal_byte(uint64_t i, unsigned multiplier, int shift) {
+    return (uint8_t)(((i * multiplier) >> shift & 0x0F) | 0x30);
+}
 
 #ifdef SPECDEC_X86
 /* NX inputs, eight t-steps a round of `rounds`, the weights cycling through 8 KB of L1 and the inputs through 2 KB */
@@ -112,12 +133,12 @@ int main(int argc, char **argv) {
 
     const int64_t blocks = K_WIDTH / BLOCK_VALUES[type], group_bytes = blocks * R16 * BLOCK_BYTES[type];
     const int64_t groups = stream ? 28L * 8960 / R16 : 16;
-    uint8_t *w = alloc64((size_t)(groups * group_bytes));
+    uint8_t *w = alloc_huge((size_t)(groups * group_bytes));
     const size_t act_bytes = is_k_quant(type) ? sizeof(act_k) : sizeof(act_32);
-    uint8_t *acts = alloc64(act_bytes * blocks * R16_K_INPUTS);
+    uint8_t *acts = alloc_huge(act_bytes * blocks * R16_K_INPUTS);
     if (!w || !acts) return usage("out of memory");
-    for (int64_t i = 0; i < groups * group_bytes; i++) w[i] = (uint8_t)(i * 2654435761u >> 13);
-    for (size_t i = 0; i < act_bytes * blocks * R16_K_INPUTS; i++) acts[i] = (uint8_t)(i * 40503u >> 7) & 0x3F;
+    for (int64_t i = 0; i < groups * group_bytes; i++) w[i] = normal_byte((uint64_t)i, 2654435761u, 13);
+    for (size_t i = 0; i < act_bytes * blocks * R16_K_INPUTS; i++) acts[i] = normal_byte(i, 40503u, 7);
     const void *rows[R16_K_INPUTS];
     for (int i = 0; i < R16_K_INPUTS; i++) rows[i] = acts + (size_t)i * act_bytes * blocks;
     void (*product)(int, const uint8_t *, const void **, int, int64_t, int64_t, float *) =

@@ -7,7 +7,10 @@ verify pass's products come to the arithmetic ceiling, with no memory to wait fo
 Builds bench/group_rate.c against specdec/native/_quant_kernels.h with the native modules' flags (the group
 functions as the installed modules compile them) and runs it pinned to the first core, one cell at a time: 16-row
 groups of a 1536-wide matrix, either 16 groups multiplied again and again (in L2) or 28 layers of 8960 rows
-streaming from memory (as a verify pass reads them). On avx2 it also runs the Q4_K group step alone
+streaming from memory (as a verify pass reads them), the weights on 2 MB pages and every scale a normal number, as
+in a model (bench/group_rate.c says what 4 KB pages and arbitrary bytes cost: before the twenty-third run's fix the
+probe's floats were partly subnormal or NaN, its 512-bit rates at 3 inputs and more about half the true ones, and
+its streams TLB-bound). On avx2 it also runs the Q4_K group step alone
 ("step-ceiling": the load, the nibble unpacking and per input two broadcasts, two vpmaddubsw and two vpaddw, in
 registers and in the written order: no scales, mins, flush or prefetch); the group function's other work costs the
 gap between its rate and that one. Prints G multiply-adds a second per cell, the median of the rounds [min, max]
