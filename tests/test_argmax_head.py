@@ -125,6 +125,22 @@ def test_the_logits_argmax_is_the_full_heads_with_the_candidates_exact_and_few(k
     assert head.full_head_calls == 0
 
 
+@pytest.mark.parametrize("kernel", quant.kernels())
+def test_inputs_sharing_some_candidates_get_each_its_own_rows_exact(kernel):
+    """Rows that are candidates of some inputs and not others (hi4_exact_rows multiplies each row by its own inputs
+    only): every input's candidates carry the full head's bits for that input, every other logit is -inf."""
+    weight = quant.random_quant_matrix("Q6_K", 2048, 512, seed=11)
+    head = ArgmaxHead(weight)
+    x = peaked_inputs(weight, [7, 1500, 7, 300, 1500, 7], scale=12.0)  # shared winners, each input its own noise
+    with quant.use_kernel(kernel):
+        full, logits = weight.matmul(x), head.logits(x)
+    kept = torch.isfinite(logits)
+    assert torch.equal(logits.argmax(dim=1), full.argmax(dim=1))
+    assert torch.equal(logits[kept], full[kept]) and head.last_candidates == kept.sum(dim=1).tolist()
+    shared = kept.any(dim=0)  # the union: some of its rows are not every input's
+    assert (kept[:, shared].sum(dim=0) < x.shape[0]).any() and (kept[:, shared].sum(dim=0) > 1).any()
+
+
 def test_tied_rows_are_all_candidates_and_the_first_wins_as_torch_argmax_says():
     weight = quant.random_quant_matrix("Q6_K", 2048, 256, seed=9)
     raw = weight.raw.clone()

@@ -486,8 +486,10 @@ TARGET static int64_t hi4_candidates(const float *approx, const float *bound, in
 
 /* The argmax head's second pass: out (M x N, row i at i x N) gets -inf everywhere but at input i's candidates
  * (member, index and count as hi4_candidates writes them), which get the Q6_K product of x (M x K) with those rows
- * of w (the file's rows, stride bytes apart): the same row functions, so the same bits, as matmul's over all of them.
- * The rows lie anywhere: each is asked for HI4_PREFETCH_ROWS ahead. Threads split the rows. */
+ * of w (the file's rows, stride bytes apart): the same row functions, so the same bits, as matmul's over all of them
+ * (an input's output does not depend on the inputs beside it). Each row is multiplied by the inputs it is a
+ * candidate of, not by all M: the positions of a verify pass rarely share candidates. The rows lie anywhere: each is
+ * asked for HI4_PREFETCH_ROWS ahead. Threads split the rows. */
 #define HI4_PREFETCH_ROWS 4
 TARGET static int hi4_exact_rows(const uint8_t *w, int64_t stride, const int64_t *index, const uint8_t *member,
                                  int64_t count, const float *x, float *out, int64_t N, int64_t K, int64_t M,
@@ -507,12 +509,16 @@ TARGET static int hi4_exact_rows(const uint8_t *w, int64_t stride, const int64_t
             for (int64_t off = 0; off < stride; off += 64) _mm_prefetch((const char *)(ahead + off), _MM_HINT_T0);
         }
         float y[GROUP512 * 4];
+        const void *mine[GROUP512 * 4]; /* the inputs row j is a candidate of, at most 32 a call */
+        int64_t whose[GROUP512 * 4];
         const int64_t n = index[j];
-        for (int64_t i0 = 0; i0 < M; i0 += GROUP512 * 4) { /* at most 32 inputs a call into y */
-            const int64_t m = M - i0 < GROUP512 * 4 ? M - i0 : GROUP512 * 4;
-            product_row(Q6_K, w + n * stride, rows + i0, m, kernel, K, 0, NULL, y, 1);
-            for (int64_t i = 0; i < m; i++)
-                if (member[(i0 + i) * N + j]) out[(i0 + i) * N + n] = y[i];
+        for (int64_t i = 0, m = 0; i < M; i++) {
+            if (member[i * N + j]) mine[m] = rows[i], whose[m++] = i;
+            if (m && (m == GROUP512 * 4 || i == M - 1)) {
+                product_row(Q6_K, w + n * stride, mine, m, kernel, K, 0, NULL, y, 1);
+                for (int64_t c = 0; c < m; c++) out[whose[c] * N + n] = y[c];
+                m = 0;
+            }
         }
     }
     free(acts), free(rows);
