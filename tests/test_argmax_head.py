@@ -126,9 +126,10 @@ def test_the_logits_argmax_is_the_full_heads_with_the_candidates_exact_and_few(k
 
 
 @pytest.mark.parametrize("kernel", quant.kernels())
-def test_inputs_sharing_some_candidates_get_each_its_own_rows_exact(kernel):
+def test_inputs_sharing_some_candidates_get_each_its_own_rows_exact(kernel, threads):
     """Rows that are candidates of some inputs and not others (hi4_exact_rows multiplies each row by its own inputs
-    only): every input's candidates carry the full head's bits for that input, every other logit is -inf."""
+    only, threads splitting the rows): every input's candidates carry the full head's bits for that input, every
+    other logit is -inf."""
     weight = quant.random_quant_matrix("Q6_K", 2048, 512, seed=11)
     head = ArgmaxHead(weight)
     x = peaked_inputs(weight, [7, 1500, 7, 300, 1500, 7], scale=12.0)  # shared winners, each input its own noise
