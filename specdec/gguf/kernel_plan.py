@@ -14,17 +14,16 @@ sum of the two medians).
 
 Each model runs its own plan (a session sets its kernel around each of its passes, `quant.session_kernel`), so a
 draft file is measured as freely as its target; one native call runs a pass's layers, so they run one kernel (the
-head: the kernel for the logits asked for, `LeanLM._pass`). A
-one-token step runs `kernel`, the one whose classes' best layouts sum lowest at 1 row, each class in its best layout
-there (`layouts`); a pass of 2 rows or more (up to `attention.INVARIANT_ROWS`) runs `verify_kernel`, the one lowest
-at 4 rows, where it is another, each class in its best layout there. A candidate replaces the default (the last
-kernel of `quant.kernels()` on `quant.default_layout`'s layouts) only when it scores at least MARGIN lower, so noise
-does not flip a plan. A class whose layout for a verify pass differs from its step's keeps both (`verify_layouts`):
-the model holds that class's matrices twice, and passes of 2 rows or more run the second copy (the head: passes of 2
-logits or more). AMD EPYC Zen 4: the Q6_K layers and the Q6_K head in the file's rows for a step, in groups for a
-verify pass; the 1.5B file's second head is 191 MB more memory. Both copies give the same bits. Intel Xeon
-(experiments/cpu-lead, twenty-second run): avx2 steps 39.5 ms, amx's 52-55; amx's passes of 2-7 rows 0.74-0.93 of
-avx2's.
+head: the kernel for the logits asked for, `LeanLM._pass`). A one-token step runs `kernel`, the one whose classes'
+best layouts sum lowest at 1 row, each class in its best layout there (`layouts`); a pass of 2 rows or more (up to
+`attention.INVARIANT_ROWS`) runs `verify_kernel`, the one lowest at 4 rows, where it is another, each class in its
+best layout there. A candidate replaces the default (the last kernel of `quant.kernels()` on
+`quant.default_layout`'s layouts) only when it scores at least MARGIN lower, so noise does not flip a plan. A class
+whose layout for a verify pass differs from its step's keeps both (`verify_layouts`): the model holds that class's
+matrices twice, and passes of 2 rows or more run the second copy (the head: passes of 2 logits or more). AMD EPYC
+Zen 4: the Q6_K layers and the Q6_K head in the file's rows for a step, in groups for a verify pass; the 1.5B file's
+second head is 191 MB more memory. Both copies give the same bits. Intel Xeon (experiments/cpu-lead, twenty-second
+run): avx2 steps 39.5 ms, amx's 52-55; amx's passes of 2-7 rows 0.74-0.93 of avx2's.
 
 A prompt pass (more rows than `attention.INVARIANT_ROWS`, layer by layer in Python) multiplies many rows per weight
 read, where the kernels rank otherwise: every kernel times the layers' products at PROMPT_ROWS rows (the first

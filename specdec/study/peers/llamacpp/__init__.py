@@ -37,11 +37,12 @@ from .table import TABLE_COLUMNS, engine_scale, engine_speeds, summarize
 from .toolchain import check_toolchain, find_tool
 
 __all__ = [
-    "BASE_CMAKE_FLAGS", "CLOSING", "DEFAULTS", "MANIFEST", "PLAIN", "TABLE_COLUMNS", "TOOLS", "JsonlLog", "Log",
-    "LlamaCppBuildError", "LlamaCppError", "LlamaCppParseError", "LlamaCppRunError", "RunSettings", "bench_command",
-    "bench_job", "build_llamacpp", "check_toolchain", "cost_seconds", "decode_job", "engine_scale", "engine_speeds",
-    "export_gguf", "fetch_source", "find_tool", "first_difference", "gguf_facts", "parse_bench", "parse_plain",
-    "parse_speculative", "plain_command", "predicted_llamacpp_speedup", "read_build_manifest", "read_jsonl_log",
-    "run_tool", "sdist_name", "settings", "side_by_side_settings", "SIDE_BY_SIDE_DEFAULTS", "speculative_command",
-    "step_costs", "summarize", "vendored_commit", "write_prompt", "decode_run",
+    "BASE_CMAKE_FLAGS", "BUILD_KEYS", "CLOSING", "DEFAULTS", "MANIFEST", "PLAIN", "TABLE_COLUMNS", "TOOLS",
+    "JsonlLog", "Log", "LlamaCppBuildError", "LlamaCppError", "LlamaCppParseError", "LlamaCppRunError",
+    "RunSettings", "bench_command", "bench_job", "build_llamacpp", "build_settings", "check_toolchain",
+    "cost_seconds", "decode_job", "engine_scale", "engine_speeds", "export_gguf", "fetch_source", "find_tool",
+    "first_difference", "gguf_facts", "parse_bench", "parse_plain", "parse_speculative", "plain_command",
+    "predicted_llamacpp_speedup", "read_build_manifest", "read_jsonl_log", "run_tool", "sdist_name", "settings",
+    "side_by_side_settings", "SIDE_BY_SIDE_DEFAULTS", "speculative_command", "step_costs", "summarize",
+    "vendored_commit", "write_prompt", "decode_run",
 ]
