@@ -14,7 +14,9 @@ Where the head's rows come in whole groups of 16 the first pass runs over the to
 (hi4_r16_pack, hi4_r16_matmul; with AVX512-VNNI on 512-bit registers, on AVX2 alone on 256-bit ones: the same
 bits): the same integers with about 40% fewer multiplies, so a verify pass of up to GROUPED_MAX_ROWS logits runs it
 too (the 1.5B head, first pass alone: AMD EPYC Zen 4 4.6 against 7.9 ms for the Q6_K verify head at 5 rows, 4.1
-against 5.1 ms for the first pass in rows at 1 row; Zen 3 (AVX2) 10.2 against 16.4 ms, and 6.2 against 7.0).
+against 5.1 ms for the first pass in rows at 1 row; Zen 3 (AVX2) 10.2 against 16.4 ms, and 6.2 against 7.0; since the
+Q6_K rows take six inputs a pass there, the Zen 3's first pass at 5 and 7 rows runs 1.20x and 1.12x their rate,
+experiments/cpu-lead, twenty-fourth run).
 Every pass then runs the grouped one, so a position's candidates are the same whether a step or a verify pass
 computes it.
 
